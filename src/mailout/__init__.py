@@ -1,0 +1,1 @@
+"""mailout: reliable transactional email."""

@@ -1,0 +1,269 @@
+"""Transactional enqueue: write outbox rows inside the caller's own transaction.
+
+Commit means queued; rollback means nothing was queued. That is the whole point of
+an outbox: the mail exists exactly when the business event does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import parseaddr
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from mailout import store, validate
+from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
+from mailout.models import EnqueueResult
+
+if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+DEFAULT_MAX_BYTES = 10_000_000
+DEFAULT_MAX_AGE = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueSettings:
+    """What enqueue needs from the environment. ``from_env`` reads it; tests pass their own."""
+
+    templates_dir: Path | None = None  # when set, templates must exist there
+    message_id_domain: str | None = None
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    max_age_seconds: float = DEFAULT_MAX_AGE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EnqueueSettings:
+        env = os.environ if env is None else env
+        templates = env.get("MAILOUT_TEMPLATES")
+        domain = env.get("MAILOUT_MESSAGE_ID_DOMAIN") or _domain_of(env.get("MAIL_FROM", ""))
+        return cls(
+            templates_dir=Path(templates) if templates else None,
+            message_id_domain=domain or None,
+            max_message_bytes=_positive_int(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
+            max_age_seconds=_positive_float(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
+        )
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(name, f"must be positive, got {value}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigError(name, f"must be positive, got {raw}")
+    return value
+
+
+def _domain_of(mailbox: str) -> str | None:
+    addr = parseaddr(mailbox)[1]
+    return addr.rpartition("@")[2] or None if "@" in addr else None
+
+
+def make_message_id(domain: str | None) -> str:
+    """A fresh RFC 5322 Message-ID: 128 random bits at ``domain``.
+
+    Without a configured domain the host's name is used; the random part alone
+    keeps it globally unique.
+    """
+    host = domain or socket.getfqdn() or "localhost"
+    return f"<{uuid.uuid4().hex}@{host}>"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message to enqueue; the same arguments as :func:`enqueue`."""
+
+    to: str
+    template: str | None = None
+    params: Mapping[str, Any] | None = None
+    subject: str | None = None
+    text: str | None = None
+    html: str | None = None
+    key: str | None = None
+    queue: str = "default"
+    priority: int = 0
+    send_at: datetime | None = None
+    expires_in: timedelta | float | None = None
+    headers: Mapping[str, str] | None = None
+    sender: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _validated_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
+    """The column values for ``msg``, or InvalidMessage naming the first bad field."""
+    has_content = msg.subject is not None or msg.text is not None or msg.html is not None
+    if msg.template is None and not has_content:
+        raise InvalidMessage("template", "give a template, or a subject with text or html")
+    if msg.template is not None and has_content:
+        raise InvalidMessage("template", "give a template or subject/text/html, not both")
+    row: dict[str, Any] = {
+        "recipient": validate.address("to", msg.to),
+        "sender": None if msg.sender is None else validate.mailbox("sender", msg.sender),
+        "queue": validate.queue(msg.queue),
+        "priority": validate.priority(msg.priority),
+        "idempotency_key": (
+            f"random-{secrets.token_hex(16)}" if msg.key is None else validate.key(msg.key)
+        ),
+        "template": None,
+        "params": None,
+        "subject": None,
+        "body_text": None,
+        "body_html": None,
+        "headers": None if msg.headers is None else validate.headers(msg.headers),
+    }
+    if msg.template is not None:
+        row["template"] = validate.template_name(msg.template, settings.templates_dir)
+        row["params"] = validate.params({} if msg.params is None else msg.params)
+    else:
+        if msg.params is not None:
+            raise InvalidMessage("params", "params need a template")
+        if msg.subject is None or (msg.text is None and msg.html is None):
+            raise InvalidMessage("subject", "a message without a template needs a subject "
+                                 "and text or html")
+        row["subject"] = validate.text("subject", msg.subject, header=True, allow_empty=False)
+        row["body_text"] = None if msg.text is None else validate.text("text", msg.text)
+        row["body_html"] = None if msg.html is None else validate.text("html", msg.html)
+    validate.size(
+        {k: row[k] for k in ("params", "subject", "body_text", "body_html", "headers")},
+        settings.max_message_bytes,
+    )
+    row.update(_schedule(msg, settings))
+    row["message_id"] = make_message_id(settings.message_id_domain)
+    return row
+
+
+def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
+    """send_at and expires_in as absolute UTC times; None means "now" on the DB clock."""
+    send_at = None
+    if msg.send_at is not None:
+        if not isinstance(msg.send_at, datetime):
+            raise InvalidMessage("send_at", "must be a datetime")
+        # Naive datetimes are taken as UTC, the only zone the database columns use.
+        aware = msg.send_at if msg.send_at.tzinfo else msg.send_at.replace(tzinfo=UTC)
+        send_at = aware.astimezone(UTC)
+    expires = msg.expires_in if msg.expires_in is not None else settings.max_age_seconds
+    if isinstance(expires, timedelta):
+        expires = expires.total_seconds()
+    if isinstance(expires, bool) or not isinstance(expires, int | float) or not expires > 0:
+        raise InvalidMessage("expires_in", "must be a positive number of seconds or a timedelta")
+    return {"send_at": send_at, "expires_in": float(expires)}
+
+
+def _differing(existing: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(col for col in store.CONTENT_COLUMNS if existing[col] != row[col])
+
+
+def enqueue_many(
+    conn: Connection | Session,
+    messages: Iterable[Message],
+    *,
+    settings: EnqueueSettings | None = None,
+    ignore_conflicts: bool = False,
+) -> list[EnqueueResult]:
+    """Enqueue several messages in the caller's transaction with one INSERT.
+
+    Every message is validated first, so one bad message raises InvalidMessage and
+    nothing is written. Keys already present (in the table or earlier in the same
+    call) follow the rules of :func:`enqueue`. Results come back in input order.
+    """
+    settings = settings or EnqueueSettings.from_env()
+    rows = [_validated_row(m, settings) for m in messages]
+    connection = conn.connection() if isinstance(conn, Session) else conn
+    stored = store.insert_messages(connection, rows)
+    results: list[EnqueueResult] = []
+    for row in rows:
+        hit = stored[row["idempotency_key"]]
+        created = hit.created and hit.message_id == row["message_id"]
+        if not created and not ignore_conflicts:
+            differing = _differing(hit.content, row)
+            if differing:
+                raise IdempotencyConflict(row["idempotency_key"], hit.id, differing)
+        results.append(EnqueueResult(hit.id, row["idempotency_key"], hit.message_id, created))
+    return results
+
+
+def enqueue(
+    conn: Connection | Session,
+    *,
+    to: str,
+    template: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    subject: str | None = None,
+    text: str | None = None,
+    html: str | None = None,
+    key: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    send_at: datetime | None = None,
+    expires_in: timedelta | float | None = None,
+    headers: Mapping[str, str] | None = None,
+    sender: str | None = None,
+    settings: EnqueueSettings | None = None,
+    ignore_conflicts: bool = False,
+) -> EnqueueResult:
+    """Write one outbox row on ``conn`` (a Connection or Session), in its transaction.
+
+    - Commit queues the message, rollback discards it: call this in the same
+      transaction as the business event.
+    - ``key`` is the idempotency key, derived from the event (``order-1234-confirmation``).
+      A key already in the table returns that row with ``created=False`` and writes
+      nothing. If its content differs, :class:`IdempotencyConflict` is raised, since
+      a different message under the same key is almost always a bug; pass
+      ``ignore_conflicts=True`` to return the existing row instead. ``key=None`` gets
+      a random key, which deduplicates nothing.
+    - ``expires_in`` is the age limit (default ``MAILOUT_MAX_AGE_SECONDS``, 24 h),
+      counted from ``send_at`` or from now.
+    - Bad input raises :class:`InvalidMessage` naming the field; nothing is written.
+    """
+    msg = Message(
+        to=to, template=template, params=params, subject=subject, text=text, html=html,
+        key=key, queue=queue, priority=priority, send_at=send_at, expires_in=expires_in,
+        headers=headers, sender=sender,
+    )
+    return enqueue_many(conn, [msg], settings=settings, ignore_conflicts=ignore_conflicts)[0]
+
+
+async def enqueue_async(conn: AsyncConnection | AsyncSession, **kwargs: Any) -> EnqueueResult:
+    """:func:`enqueue` for an ``AsyncConnection`` or ``AsyncSession``; same arguments."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    if isinstance(conn, AsyncSession):
+        return await conn.run_sync(lambda session: enqueue(session, **kwargs))
+    return await conn.run_sync(lambda sync_conn: enqueue(sync_conn, **kwargs))
+
+
+async def enqueue_many_async(
+    conn: AsyncConnection | AsyncSession, messages: Iterable[Message], **kwargs: Any
+) -> list[EnqueueResult]:
+    """:func:`enqueue_many` for an ``AsyncConnection`` or ``AsyncSession``."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    batch = list(messages)
+    if isinstance(conn, AsyncSession):
+        return await conn.run_sync(lambda session: enqueue_many(session, batch, **kwargs))
+    return await conn.run_sync(lambda sync_conn: enqueue_many(sync_conn, batch, **kwargs))

@@ -1,0 +1,113 @@
+"""The outbox and its attempt log.
+
+Revision ID: 0001
+Revises:
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+STATUSES = "'pending', 'sending', 'sent', 'failed', 'dead', 'cancelled', 'unknown'"
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Json = sa.JSON().with_variant(JSONB(), "postgresql")
+Ts = sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "mailout_messages",
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("idempotency_key", sa.String(255), nullable=False),
+        sa.Column("queue", sa.String(64), nullable=False, server_default="default"),
+        sa.Column("priority", sa.SmallInteger, nullable=False, server_default="0"),
+        sa.Column("status", sa.String(16), nullable=False, server_default="pending"),
+        sa.Column("reason", sa.String(64)),
+        sa.Column("recipient", sa.String(320), nullable=False),
+        sa.Column("sender", sa.String(320)),
+        sa.Column("template", sa.String(200)),
+        sa.Column("params", Json),
+        sa.Column("subject", sa.Text),
+        sa.Column("body_text", sa.Text),
+        sa.Column("body_html", sa.Text),
+        sa.Column("headers", Json),
+        sa.Column("message_id", sa.String(255), nullable=False),
+        sa.Column("schema_version", sa.Integer),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("next_attempt_at", Ts, nullable=False),
+        sa.Column("expires_at", Ts),
+        sa.Column("lease_owner", sa.String(200)),
+        sa.Column("lease_token", sa.String(36)),
+        sa.Column("lease_expires_at", Ts),
+        sa.Column("provider_message_id", sa.String(255)),
+        sa.Column("last_reply_code", sa.SmallInteger),
+        sa.Column("last_reply_text", sa.Text),
+        sa.Column("created_at", Ts, nullable=False),
+        sa.Column("first_attempt_at", Ts),
+        sa.Column("last_attempt_at", Ts),
+        sa.Column("sent_at", Ts),
+        sa.Column("finished_at", Ts),
+        sa.CheckConstraint(f"status IN ({STATUSES})", name="ck_mailout_messages_status"),
+        sa.CheckConstraint("attempts >= 0", name="ck_mailout_messages_attempts"),
+        sa.PrimaryKeyConstraint("id", name="pk_mailout_messages"),
+    )
+    op.create_index("ux_mailout_messages_key", "mailout_messages", ["idempotency_key"], unique=True)
+    op.create_index(
+        "ux_mailout_messages_message_id", "mailout_messages", ["message_id"], unique=True
+    )
+    pending = sa.text("status = 'pending'")
+    sending = sa.text("status = 'sending'")
+    op.create_index(
+        "ix_mailout_messages_due",
+        "mailout_messages",
+        ["queue", "priority", "next_attempt_at"],
+        postgresql_where=pending,
+        sqlite_where=pending,
+    )
+    op.create_index(
+        "ix_mailout_messages_leased",
+        "mailout_messages",
+        ["lease_expires_at"],
+        postgresql_where=sending,
+        sqlite_where=sending,
+    )
+    op.create_index("ix_mailout_messages_provider_id", "mailout_messages", ["provider_message_id"])
+    op.create_index("ix_mailout_messages_finished", "mailout_messages", ["status", "finished_at"])
+    op.create_index("ix_mailout_messages_created", "mailout_messages", ["created_at"])
+
+    op.create_table(
+        "mailout_attempts",
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("outbox_id", Id, nullable=False),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("outcome", sa.String(16), nullable=False),
+        sa.Column("stage", sa.String(16)),
+        sa.Column("reply_code", sa.SmallInteger),
+        sa.Column("enhanced_code", sa.String(16)),
+        sa.Column("reply_text", sa.String(1000)),
+        sa.Column("detail", sa.String(200)),
+        sa.Column("recipient", sa.String(320)),
+        sa.Column("worker", sa.String(200)),
+        sa.Column("started_at", Ts, nullable=False),
+        sa.Column("finished_at", Ts, nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_mailout_attempts"),
+        sa.ForeignKeyConstraint(
+            ["outbox_id"],
+            ["mailout_messages.id"],
+            name="fk_mailout_attempts_outbox_id_mailout_messages",
+            ondelete="CASCADE",
+        ),
+    )
+    op.create_index("ix_mailout_attempts_outbox_id", "mailout_attempts", ["outbox_id"])
+
+
+def downgrade() -> None:
+    op.drop_table("mailout_attempts")
+    op.drop_table("mailout_messages")

@@ -1,0 +1,197 @@
+"""Table definitions (SQLAlchemy Core) and the SQL helpers that differ per dialect.
+
+The migrations under ``mailout/migrations`` create exactly these tables; a test
+checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.expression import FunctionElement
+
+from mailout.models import Status
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT would stay NULL.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+Timestamp = DateTime(timezone=True)
+
+_STATUSES = ", ".join(f"'{s.value}'" for s in Status)
+_PENDING = text(f"status = '{Status.PENDING.value}'")
+_SENDING = text(f"status = '{Status.SENDING.value}'")
+
+messages = Table(
+    "mailout_messages",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("queue", String(64), nullable=False, server_default="default"),
+    Column("priority", SmallInteger, nullable=False, server_default="0"),
+    Column("status", String(16), nullable=False, server_default=Status.PENDING.value),
+    Column("reason", String(64)),  # why a row is failed, dead or cancelled
+    Column("recipient", String(320), nullable=False),
+    Column("sender", String(320)),  # overrides MAIL_FROM for this message
+    Column("template", String(200)),
+    Column("params", Json),
+    Column("subject", Text),
+    Column("body_text", Text),
+    Column("body_html", Text),
+    Column("headers", Json),
+    Column("message_id", String(255), nullable=False),  # RFC 5322 Message-ID, with <>
+    Column("schema_version", Integer),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp),
+    Column("lease_owner", String(200)),
+    Column("lease_token", String(36)),
+    Column("lease_expires_at", Timestamp),
+    Column("provider_message_id", String(255)),
+    Column("last_reply_code", SmallInteger),
+    Column("last_reply_text", Text),
+    Column("created_at", Timestamp, nullable=False),
+    Column("first_attempt_at", Timestamp),
+    Column("last_attempt_at", Timestamp),
+    Column("sent_at", Timestamp),
+    Column("finished_at", Timestamp),
+    CheckConstraint(f"status IN ({_STATUSES})", name="status"),
+    CheckConstraint("attempts >= 0", name="attempts"),
+    Index("ux_mailout_messages_key", "idempotency_key", unique=True),
+    Index("ux_mailout_messages_message_id", "message_id", unique=True),
+    # Claiming reads only these partial indexes, so its cost follows the number of
+    # live rows, not the millions of finished ones kept for idempotency and tracing.
+    Index(
+        "ix_mailout_messages_due",
+        "queue",
+        "priority",
+        "next_attempt_at",
+        postgresql_where=_PENDING,
+        sqlite_where=_PENDING,
+    ),
+    Index(
+        "ix_mailout_messages_leased",
+        "lease_expires_at",
+        postgresql_where=_SENDING,
+        sqlite_where=_SENDING,
+    ),
+    Index("ix_mailout_messages_provider_id", "provider_message_id"),
+    Index("ix_mailout_messages_finished", "status", "finished_at"),
+    Index("ix_mailout_messages_created", "created_at"),
+)
+
+attempts = Table(
+    "mailout_attempts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column(
+        "outbox_id",
+        Id,
+        ForeignKey("mailout_messages.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("attempt", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("stage", String(16)),
+    Column("reply_code", SmallInteger),
+    Column("enhanced_code", String(16)),
+    Column("reply_text", String(1000)),  # truncated: replies can be long, this is a log
+    Column("detail", String(200)),
+    Column("recipient", String(320)),  # the address actually used for this attempt
+    Column("worker", String(200)),
+    Column("started_at", Timestamp, nullable=False),
+    Column("finished_at", Timestamp, nullable=False),
+    Index("ix_mailout_attempts_outbox_id", "outbox_id"),
+)
+
+REPLY_TEXT_MAX = 1000
+
+
+class db_now(FunctionElement[Any]):
+    """The database's current time, as the type the tables store.
+
+    Scheduling uses the database clock so that workers on different machines agree.
+    """
+
+    type = Timestamp
+    inherit_cache = True
+
+
+@compiles(db_now)
+def _now_default(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(db_now, "postgresql")
+def _now_pg(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    # clock_timestamp(), not now(): a long transaction must not see time stand still.
+    return "clock_timestamp()"
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    # The same text layout SQLAlchemy writes for DateTime, so comparisons stay lexical.
+    return "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+
+
+@compiles(db_now, "mysql")
+def _now_mysql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "UTC_TIMESTAMP(6)"
+
+
+class db_now_plus(FunctionElement[Any]):
+    """The database's current time plus a number of seconds (a bound expression)."""
+
+    type = Timestamp
+    inherit_cache = True
+
+    def __init__(self, seconds: ColumnElement[Any]) -> None:
+        self.seconds = seconds
+        super().__init__(seconds)
+
+
+@compiles(db_now_plus, "postgresql")
+def _plus_pg(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    secs = compiler.process(element.seconds, **kw)
+    return f"(clock_timestamp() + make_interval(secs => CAST({secs} AS double precision)))"
+
+
+@compiles(db_now_plus, "sqlite")
+def _plus_sqlite(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    secs = compiler.process(element.seconds, **kw)
+    return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', printf('%+.3f seconds', {secs}))"
+
+
+@compiles(db_now_plus, "mysql")
+def _plus_mysql(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    secs = compiler.process(element.seconds, **kw)
+    return f"TIMESTAMPADD(MICROSECOND, CAST({secs} * 1000000 AS SIGNED), UTC_TIMESTAMP(6))"

@@ -1,0 +1,177 @@
+"""Checks every enqueue input before anything touches the database.
+
+Each function raises :class:`~mailout.exceptions.InvalidMessage` naming the field.
+They are pure: no I/O beyond an optional look at the template folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from email.utils import parseaddr
+from pathlib import Path
+from typing import Any
+
+from email_validator import EmailNotValidError, validate_email
+
+from mailout.exceptions import InvalidMessage
+
+KEY_MAX = 255
+QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+TEMPLATE_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+# RFC 5322 field names: printable ASCII except the colon.
+HEADER_NAME_RE = re.compile(r"[!-9;-~]{1,76}")
+PRIORITY_RANGE = range(-32768, 32768)  # the column is a SMALLINT
+
+# Headers mailout writes itself; letting extras set them would break tracing or MIME.
+RESERVED_HEADERS = frozenset(
+    {"message-id", "from", "to", "cc", "bcc", "subject", "date", "mime-version", "sender",
+     "reply-to-original", "return-path"}
+)
+
+
+def text(field: str, value: object, *, header: bool = False, allow_empty: bool = True) -> str:
+    """A string that every database and the wire can carry.
+
+    Refuses non-strings, NUL characters (PostgreSQL rejects them), lone surrogates
+    (not encodable as UTF-8), and, for values that end up in a header, CR and LF,
+    which would let the value inject headers of its own.
+    """
+    if not isinstance(value, str):
+        raise InvalidMessage(field, f"must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidMessage(field, "contains a NUL character")
+    if header and ("\r" in value or "\n" in value):
+        raise InvalidMessage(field, "contains CR or LF, which is not allowed in a header")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessage(field, "is not valid Unicode (lone surrogate)") from None
+    if not allow_empty and not value.strip():
+        raise InvalidMessage(field, "must not be empty")
+    return value
+
+
+def address(field: str, value: object) -> str:
+    """A bare e-mail address, checked for syntax (no DNS) and normalised."""
+    raw = text(field, value, header=True, allow_empty=False)
+    try:
+        return validate_email(raw, check_deliverability=False).normalized
+    except EmailNotValidError as exc:
+        raise InvalidMessage(field, f"not a valid address: {exc}") from None
+
+
+def mailbox(field: str, value: object) -> str:
+    """An address with an optional display name (``Shop <shop@example.com>``)."""
+    raw = text(field, value, header=True, allow_empty=False)
+    name, addr = parseaddr(raw)
+    if not addr:
+        raise InvalidMessage(field, "not a valid address")
+    checked = address(field, addr)
+    return f"{name} <{checked}>" if name else checked
+
+
+def key(value: object) -> str:
+    """An idempotency key: 1-255 printable ASCII characters, trimmed.
+
+    Printable ASCII because the key travels in a header, where anything else would
+    need encoding that some providers' deduplication would not undo.
+    """
+    raw = text("key", value, header=True)
+    if raw != raw.strip():
+        raise InvalidMessage("key", "must not start or end with whitespace")
+    if not raw:
+        raise InvalidMessage("key", "must not be empty")
+    if len(raw) > KEY_MAX:
+        raise InvalidMessage("key", f"is {len(raw)} characters long, the limit is {KEY_MAX}")
+    if not all(" " <= ch <= "~" for ch in raw):
+        raise InvalidMessage("key", "must be printable ASCII")
+    return raw
+
+
+def queue(value: object) -> str:
+    raw = text("queue", value)
+    if not QUEUE_RE.fullmatch(raw):
+        raise InvalidMessage("queue", "must be 1-64 characters of letters, digits, _ . -")
+    return raw
+
+
+def priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITY_RANGE:
+        raise InvalidMessage("priority", "must be an integer from -32768 to 32767")
+    return value
+
+
+def template_name(value: object, templates_dir: Path | None) -> str:
+    """A template name; when a template folder is configured, it must exist there."""
+    raw = text("template", value, allow_empty=False)
+    if not TEMPLATE_RE.fullmatch(raw) or ".." in raw:
+        raise InvalidMessage("template", "must be letters, digits, _ . - (no paths)")
+    if templates_dir is not None and not (templates_dir / raw / "subject.txt").is_file():
+        raise InvalidMessage("template", f"no template {raw!r} in {templates_dir}")
+    return raw
+
+
+def params(value: object) -> dict[str, Any]:
+    """Template params: a JSON object that survives a round trip unchanged."""
+    if not isinstance(value, Mapping):
+        raise InvalidMessage("params", "must be a mapping (a JSON object)")
+    _check_json("params", value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage("params", f"not JSON-serializable: {exc}") from None
+    return dict(value)
+
+
+def _check_json(field: str, value: object) -> None:
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidMessage(field, "contains NaN or infinity, which JSON cannot hold")
+        return
+    if isinstance(value, str):
+        text(field, value)
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidMessage(field, f"has a non-string key {k!r}")
+            text(field, k)
+            _check_json(field, v)
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json(field, item)
+        return
+    raise InvalidMessage(field, f"not JSON-serializable: {type(value).__name__}")
+
+
+def headers(value: object) -> dict[str, str]:
+    """Extra headers: a mapping of field names to single-line values."""
+    if not isinstance(value, Mapping):
+        raise InvalidMessage("headers", "must be a mapping of header names to values")
+    out: dict[str, str] = {}
+    for name, val in value.items():
+        name = text("headers", name, header=True)
+        if not HEADER_NAME_RE.fullmatch(name):
+            raise InvalidMessage("headers", f"{name!r} is not a valid header name")
+        if name.lower() in RESERVED_HEADERS or name.lower().startswith("content-"):
+            raise InvalidMessage("headers", f"{name!r} is set by mailout and cannot be given")
+        out[name] = text(f"headers[{name}]", val, header=True)
+    return out
+
+
+def size(fields: Mapping[str, object], limit: int) -> None:
+    """Refuse a message whose content is larger than ``limit`` bytes."""
+    total = 0
+    for val in fields.values():
+        if isinstance(val, str):
+            total += len(val.encode("utf-8"))
+        elif val is not None:
+            total += len(json.dumps(val, ensure_ascii=False).encode("utf-8"))
+    if total > limit:
+        raise InvalidMessage("size", f"the message is {total} bytes, the limit is {limit}")

@@ -1,0 +1,1 @@
+pytest_plugins = ["tests.support.fixtures", "tests.support.db_fixtures"]

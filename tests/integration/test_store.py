@@ -1,0 +1,163 @@
+"""Claiming, leases, fencing and completion on real databases."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import Engine, select, update
+
+from mailout import db, store
+from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.models import Outcome, Status
+from mailout.schema import attempts, messages
+from mailout.store import Completion
+
+SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
+
+
+def add(engine: Engine, n: int, **kw: object) -> list[int]:
+    with engine.begin() as conn:
+        return [
+            enqueue(conn, to=f"u{i}@example.com", subject="Hi", text="x", key=f"k-{i}-{kw}",
+                    settings=SETTINGS, **kw).id  # type: ignore[arg-type]
+            for i in range(n)
+        ]
+
+
+def claim(engine: Engine, limit: int = 10, lease: float = 60, owner: str = "w1",
+          queues: list[str] | None = None) -> list[store.ClaimedMessage]:
+    with db.immediate(engine) as conn:
+        return store.claim(conn, owner=owner, limit=limit, lease_seconds=lease, queues=queues)
+
+
+def status_of(engine: Engine, rid: int) -> dict[str, object]:
+    with engine.connect() as conn:
+        return dict(conn.execute(select(messages).where(messages.c.id == rid)).one()._mapping)
+
+
+def sent(c: store.ClaimedMessage, worker: str = "w1") -> Completion:
+    return Completion(id=c.id, lease_token=c.lease_token, attempt=c.attempts,
+                      outcome=Outcome.SENT, status=Status.SENT, started_at=c.claimed_at,
+                      worker=worker, recipient=c.recipient, reply_code=250,
+                      reply_text="2.0.0 Ok: queued as ABC", provider_message_id="ABC")
+
+
+def test_claim_leases_due_rows_once(engine: Engine) -> None:
+    add(engine, 5)
+    first = claim(engine, limit=3)
+    second = claim(engine, limit=10, owner="w2")
+    assert len(first) == 3 and len(second) == 2
+    assert not {m.id for m in first} & {m.id for m in second}
+    assert claim(engine) == []
+    row = status_of(engine, first[0].id)
+    assert row["status"] == "sending" and row["attempts"] == 1
+    assert row["lease_owner"] == "w1" and row["lease_token"] == first[0].lease_token
+    assert row["lease_expires_at"] > row["last_attempt_at"]  # type: ignore[operator]
+
+
+def test_claim_respects_priority_queue_and_schedule(engine: Engine) -> None:
+    low = add(engine, 1, priority=0)
+    high = add(engine, 1, priority=9)
+    other = add(engine, 1, queue="bulk")
+    add(engine, 1, send_at=datetime(2099, 1, 1, tzinfo=UTC))
+    got = claim(engine, limit=10, queues=["default"])
+    assert [m.id for m in got] == high + low
+    assert [m.id for m in claim(engine, queues=["bulk"])] == other
+    assert claim(engine) == []  # the scheduled one is not due
+
+
+def test_completion_marks_sent_and_logs_the_attempt(engine: Engine) -> None:
+    (rid,) = add(engine, 1)
+    (c,) = claim(engine)
+    with engine.begin() as conn:
+        assert store.complete(conn, [sent(c)]) == []
+    row = status_of(engine, rid)
+    assert row["status"] == "sent" and row["provider_message_id"] == "ABC"
+    assert row["sent_at"] is not None and row["finished_at"] is not None
+    assert row["lease_token"] is None
+    with engine.connect() as conn:
+        log = conn.execute(select(attempts).where(attempts.c.outbox_id == rid)).all()
+    assert [(a.attempt, a.outcome, a.reply_code) for a in log] == [(1, "sent", 250)]
+
+
+def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(engine: Engine) -> None:
+    (rid,) = add(engine, 1)
+    (old,) = claim(engine, lease=0.2, owner="w-dead")
+    time.sleep(0.4)
+    (new,) = claim(engine, owner="w-new")
+    assert new.id == rid and new.reclaimed and new.attempts == 2
+    assert new.lease_token != old.lease_token
+    with engine.begin() as conn:
+        assert store.complete(conn, [sent(old, worker="w-dead")]) == [rid]
+    row = status_of(engine, rid)
+    assert row["status"] == "sending" and row["lease_token"] == new.lease_token
+    with engine.begin() as conn:
+        assert store.complete(conn, [sent(new, worker="w-new")]) == []
+    assert status_of(engine, rid)["status"] == "sent"
+    with engine.connect() as conn:
+        log = conn.execute(
+            select(attempts.c.attempt, attempts.c.outcome, attempts.c.worker)
+            .where(attempts.c.outbox_id == rid).order_by(attempts.c.id)
+        ).all()
+    # the abandoned attempt is unknown; the fenced one is still logged, as it happened
+    assert [tuple(r) for r in log] == [
+        (1, "unknown", "w-dead"), (1, "sent", "w-dead"), (2, "sent", "w-new")
+    ]
+
+
+def test_retry_completion_schedules_on_the_database_clock(engine: Engine) -> None:
+    (rid,) = add(engine, 1)
+    (c,) = claim(engine)
+    retry = Completion(id=c.id, lease_token=c.lease_token, attempt=1, outcome=Outcome.RETRY,
+                       status=Status.PENDING, started_at=c.claimed_at, worker="w1",
+                       recipient=c.recipient, delay_seconds=90, reply_code=451,
+                       reply_text="4.3.0 try later")
+    with engine.begin() as conn:
+        store.complete(conn, [retry])
+    row = status_of(engine, rid)
+    assert row["status"] == "pending" and row["attempts"] == 1
+    assert row["last_reply_code"] == 451 and row["last_reply_text"] == "4.3.0 try later"
+    delay = (row["next_attempt_at"] - row["last_attempt_at"]).total_seconds()  # type: ignore[operator]
+    assert 89 <= delay <= 91
+    assert claim(engine) == []
+
+
+def test_paused_completion_is_not_charged(engine: Engine) -> None:
+    (rid,) = add(engine, 1)
+    (c,) = claim(engine)
+    paused = Completion(id=c.id, lease_token=c.lease_token, attempt=1, outcome=Outcome.PAUSED,
+                        status=Status.PENDING, started_at=c.claimed_at, worker="w1",
+                        recipient=c.recipient, delay_seconds=0, uncharge=True, reply_code=535)
+    with engine.begin() as conn:
+        store.complete(conn, [paused])
+    row = status_of(engine, rid)
+    assert row["status"] == "pending" and row["attempts"] == 0
+
+
+def test_release_and_extend(engine: Engine) -> None:
+    add(engine, 2)
+    a, b = claim(engine, lease=30)
+    before = status_of(engine, a.id)["lease_expires_at"]
+    with engine.begin() as conn:
+        assert store.extend_leases(conn, [(a.id, a.lease_token), (b.id, "wrong")], 300) == 1
+    assert status_of(engine, a.id)["lease_expires_at"] > before  # type: ignore[operator]
+    with engine.begin() as conn:
+        assert store.release(conn, [(b.id, b.lease_token)]) == 1
+    row = status_of(engine, b.id)
+    assert row["status"] == "pending" and row["attempts"] == 0
+    assert [m.id for m in claim(engine)] == [b.id]
+
+
+def test_next_due_in(engine: Engine) -> None:
+    with engine.connect() as conn:
+        assert store.next_due_in(conn) is None
+    (rid,) = add(engine, 1)
+    with engine.connect() as conn:
+        assert store.next_due_in(conn) == pytest.approx(0, abs=0.01)
+    with engine.begin() as conn:
+        conn.execute(update(messages).values(next_attempt_at=datetime(2099, 1, 1, tzinfo=UTC)))
+    with engine.connect() as conn:
+        assert store.next_due_in(conn) > 1e6  # type: ignore[operator]
+    assert rid
