@@ -17,10 +17,10 @@ from typing import Any
 from email_validator import EmailNotValidError, validate_email
 
 from mailout.exceptions import InvalidMessage
+from mailout.render import template_exists, validate_template_name
 
 KEY_MAX = 255
 QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-TEMPLATE_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 # RFC 5322 field names: printable ASCII except the colon.
 HEADER_NAME_RE = re.compile(r"[!-9;-~]{1,76}")
 PRIORITY_RANGE = range(-32768, 32768)  # the column is a SMALLINT
@@ -107,9 +107,11 @@ def priority(value: object) -> int:
 def template_name(value: object, templates_dir: Path | None) -> str:
     """A template name; when a template folder is configured, it must exist there."""
     raw = text("template", value, allow_empty=False)
-    if not TEMPLATE_RE.fullmatch(raw) or ".." in raw:
-        raise InvalidMessage("template", "must be letters, digits, _ . - (no paths)")
-    if templates_dir is not None and not (templates_dir / raw / "subject.txt").is_file():
+    try:
+        validate_template_name(raw)
+    except ValueError as exc:
+        raise InvalidMessage("template", str(exc)) from None
+    if templates_dir is not None and not template_exists(templates_dir, raw):
         raise InvalidMessage("template", f"no template {raw!r} in {templates_dir}")
     return raw
 

@@ -48,17 +48,23 @@ def test_enqueue_writes_a_pending_row_with_a_fresh_message_id(engine: Engine) ->
     assert stored["headers"] == {"X-Order": "1234"}
     assert stored["message_id"] == res.message_id
     assert stored["attempts"] == 0
-    assert stored["queue"] == "critical" and stored["priority"] == 5
-    assert stored["next_attempt_at"] is not None and stored["created_at"] is not None
+    assert stored["queue"] == "critical"
+    assert stored["priority"] == 5
+    assert stored["next_attempt_at"] is not None
+    assert stored["created_at"] is not None
     assert stored["expires_at"] > stored["created_at"]
 
 
 def test_rollback_leaves_nothing(engine: Engine) -> None:
-    with pytest.raises(RuntimeError), engine.begin() as conn:
-        conn.execute(text("SELECT 1"))
-        enqueue(conn, to="a@example.com", subject="Hi", text="body", key="k-rollback",
-                settings=SETTINGS)
-        raise RuntimeError("the business transaction failed")
+    def business_transaction() -> None:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT 1"))
+            enqueue(conn, to="a@example.com", subject="Hi", text="body", key="k-rollback",
+                    settings=SETTINGS)
+            raise RuntimeError("the business transaction failed")
+
+    with pytest.raises(RuntimeError):
+        business_transaction()
     assert count(engine) == 0
 
 
@@ -85,7 +91,8 @@ def test_duplicate_key_with_other_content_is_a_conflict(engine: Engine) -> None:
     with engine.begin() as conn:
         kept = enqueue(conn, to="b@example.com", subject="Hi", text="y", key="dup",
                        settings=SETTINGS, ignore_conflicts=True)
-    assert not kept.created and kept.id == first.id
+    assert not kept.created
+    assert kept.id == first.id
     assert row(engine, first.id)["recipient"] == "a@example.com"
 
 
@@ -97,7 +104,8 @@ def test_a_session_bound_to_an_engine_enqueues_in_its_transaction(engine: Engine
     with Session(engine) as session, session.begin():
         res = enqueue(session, to="a@example.com", subject="Hi", text="x", key="s1",
                       settings=SETTINGS)
-    assert res.created and count(engine) == 1
+    assert res.created
+    assert count(engine) == 1
 
 
 async def test_async_connection_and_session(db_url: str, engine: Engine) -> None:
@@ -116,7 +124,8 @@ async def test_async_connection_and_session(db_url: str, engine: Engine) -> None
                                     key="async-2", settings=SETTINGS)
     finally:
         await aengine.dispose()
-    assert a.created and b.created
+    assert a.created
+    assert b.created
     assert count(engine) == 2
 
 
@@ -129,7 +138,8 @@ def test_send_at_and_expires_in_are_stored_in_utc(engine: Engine) -> None:
     stored = row(engine, res.id)
     next_at = stored["next_attempt_at"]
     expires = stored["expires_at"]
-    assert isinstance(next_at, datetime) and isinstance(expires, datetime)
+    assert isinstance(next_at, datetime)
+    assert isinstance(expires, datetime)
     assert next_at.replace(tzinfo=None) == when.replace(tzinfo=None)
     assert (expires - next_at) == timedelta(hours=2)
 
@@ -142,7 +152,8 @@ def test_enqueue_many_writes_all_in_one_call(engine: Engine) -> None:
         results = enqueue_many(conn, batch, settings=SETTINGS)
     assert [r.key for r in results] == [m.key for m in batch]
     assert sum(r.created for r in results) == 50
-    assert results[-1].id == results[0].id and not results[-1].created
+    assert results[-1].id == results[0].id
+    assert not results[-1].created
     assert count(engine) == 50
 
 
@@ -211,6 +222,7 @@ def test_unknown_template_is_refused_when_a_folder_is_configured(
 ) -> None:
     (tmp_path / "welcome").mkdir()
     (tmp_path / "welcome" / "subject.txt").write_text("Welcome")
+    (tmp_path / "welcome" / "text.txt").write_text("Hello")
     cfg = EnqueueSettings(templates_dir=tmp_path, message_id_domain="x.example.com")
     with engine.begin() as conn:
         assert enqueue(conn, to="a@example.com", template="welcome", settings=cfg).created
@@ -265,11 +277,14 @@ def test_random_input_gives_a_clean_row_or_invalid_message(
             assert conn.execute(select(func.count()).select_from(messages)).scalar_one() == 0
             return
         stored = conn.execute(select(messages).where(messages.c.id == res.id)).one()._mapping
-        assert stored["subject"] == subject and stored["body_text"] == body
-        assert stored["queue"] == queue and stored["headers"] == {header_name: header_value}
+        assert stored["subject"] == subject
+        assert stored["body_text"] == body
+        assert stored["queue"] == queue
+        assert stored["headers"] == {header_name: header_value}
         for value in (stored["subject"], stored["recipient"], stored["idempotency_key"],
                       header_value, stored["sender"] or ""):
-            assert "\r" not in value and "\n" not in value
+            assert "\r" not in value
+            assert "\n" not in value
     finally:
         trans.rollback()
         conn.close()
@@ -295,7 +310,8 @@ def test_concurrent_duplicate_keys_give_one_row(pg_url: str) -> None:
         assert thread.is_alive(), "the second insert must wait for the first transaction"
         t1.commit()
         thread.join(10)
-    assert results["first"].created and not results["second"].created
+    assert results["first"].created
+    assert not results["second"].created
     assert results["second"].id == results["first"].id
     assert count(engine) == 1
     engine.dispose()

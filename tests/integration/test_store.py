@@ -48,12 +48,15 @@ def test_claim_leases_due_rows_once(engine: Engine) -> None:
     add(engine, 5)
     first = claim(engine, limit=3)
     second = claim(engine, limit=10, owner="w2")
-    assert len(first) == 3 and len(second) == 2
+    assert len(first) == 3
+    assert len(second) == 2
     assert not {m.id for m in first} & {m.id for m in second}
     assert claim(engine) == []
     row = status_of(engine, first[0].id)
-    assert row["status"] == "sending" and row["attempts"] == 1
-    assert row["lease_owner"] == "w1" and row["lease_token"] == first[0].lease_token
+    assert row["status"] == "sending"
+    assert row["attempts"] == 1
+    assert row["lease_owner"] == "w1"
+    assert row["lease_token"] == first[0].lease_token
     assert row["lease_expires_at"] > row["last_attempt_at"]  # type: ignore[operator]
 
 
@@ -74,8 +77,10 @@ def test_completion_marks_sent_and_logs_the_attempt(engine: Engine) -> None:
     with engine.begin() as conn:
         assert store.complete(conn, [sent(c)]) == []
     row = status_of(engine, rid)
-    assert row["status"] == "sent" and row["provider_message_id"] == "ABC"
-    assert row["sent_at"] is not None and row["finished_at"] is not None
+    assert row["status"] == "sent"
+    assert row["provider_message_id"] == "ABC"
+    assert row["sent_at"] is not None
+    assert row["finished_at"] is not None
     assert row["lease_token"] is None
     with engine.connect() as conn:
         log = conn.execute(select(attempts).where(attempts.c.outbox_id == rid)).all()
@@ -87,12 +92,15 @@ def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(engine: Engine
     (old,) = claim(engine, lease=0.2, owner="w-dead")
     time.sleep(0.4)
     (new,) = claim(engine, owner="w-new")
-    assert new.id == rid and new.reclaimed and new.attempts == 2
+    assert new.id == rid
+    assert new.reclaimed
+    assert new.attempts == 2
     assert new.lease_token != old.lease_token
     with engine.begin() as conn:
         assert store.complete(conn, [sent(old, worker="w-dead")]) == [rid]
     row = status_of(engine, rid)
-    assert row["status"] == "sending" and row["lease_token"] == new.lease_token
+    assert row["status"] == "sending"
+    assert row["lease_token"] == new.lease_token
     with engine.begin() as conn:
         assert store.complete(conn, [sent(new, worker="w-new")]) == []
     assert status_of(engine, rid)["status"] == "sent"
@@ -117,8 +125,10 @@ def test_retry_completion_schedules_on_the_database_clock(engine: Engine) -> Non
     with engine.begin() as conn:
         store.complete(conn, [retry])
     row = status_of(engine, rid)
-    assert row["status"] == "pending" and row["attempts"] == 1
-    assert row["last_reply_code"] == 451 and row["last_reply_text"] == "4.3.0 try later"
+    assert row["status"] == "pending"
+    assert row["attempts"] == 1
+    assert row["last_reply_code"] == 451
+    assert row["last_reply_text"] == "4.3.0 try later"
     delay = (row["next_attempt_at"] - row["last_attempt_at"]).total_seconds()  # type: ignore[operator]
     assert 89 <= delay <= 91
     assert claim(engine) == []
@@ -133,7 +143,8 @@ def test_paused_completion_is_not_charged(engine: Engine) -> None:
     with engine.begin() as conn:
         store.complete(conn, [paused])
     row = status_of(engine, rid)
-    assert row["status"] == "pending" and row["attempts"] == 0
+    assert row["status"] == "pending"
+    assert row["attempts"] == 0
 
 
 def test_release_and_extend(engine: Engine) -> None:
@@ -146,7 +157,8 @@ def test_release_and_extend(engine: Engine) -> None:
     with engine.begin() as conn:
         assert store.release(conn, [(b.id, b.lease_token)]) == 1
     row = status_of(engine, b.id)
-    assert row["status"] == "pending" and row["attempts"] == 0
+    assert row["status"] == "pending"
+    assert row["attempts"] == 0
     assert [m.id for m in claim(engine)] == [b.id]
 
 

@@ -6,6 +6,8 @@ with the application's own Alembic history in the same database.
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
@@ -14,7 +16,7 @@ from mailout.schema import metadata
 VERSION_TABLE = "mailout_alembic_version"
 
 
-def _configure(**kw: object) -> None:
+def _configure(**kw: Any) -> None:
     context.configure(
         target_metadata=metadata,
         version_table=VERSION_TABLE,

@@ -1,0 +1,122 @@
+"""One send attempt: render, send, classify, and decide what the row becomes.
+
+``decide`` is pure; ``run`` does the I/O of a single attempt and never raises for
+a problem with the message or the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, replace
+
+from mailout.classify import Action, Decision, classify, parse_provider_id
+from mailout.exceptions import RenderError
+from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.render import Renderer
+from mailout.retry import GiveUp, RetryPolicy, after_transient_failure, is_expired
+from mailout.store import Completion
+from mailout.transport import SendOutcome, Transport
+
+log = logging.getLogger("mailout.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every attempt of one worker shares."""
+
+    worker: str
+    policy: RetryPolicy
+    renderer: Renderer
+    transport: Transport
+    rng: random.Random
+
+
+def decide(
+    msg: ClaimedMessage,
+    outcome: SendOutcome,
+    decision: Decision,
+    *,
+    ctx: Context,
+    pause_seconds: float,
+) -> Completion:
+    """The row's next state after ``outcome``, as classified by ``decision``."""
+    reply = outcome.reply
+    base = Completion(
+        id=msg.id,
+        lease_token=msg.lease_token,
+        attempt=msg.attempts,
+        outcome=Outcome.SENT,
+        status=Status.SENT,
+        started_at=msg.claimed_at,
+        worker=ctx.worker,
+        recipient=msg.recipient,
+        stage=outcome.stage.value,
+        reply_code=reply.code if reply else None,
+        enhanced_code=reply.enhanced if reply else None,
+        reply_text=reply.text if reply else None,
+        detail=outcome.detail or None,
+    )
+    if decision.action is Action.SENT:
+        provider_id = parse_provider_id(reply.text) if reply else None
+        return replace(base, provider_message_id=provider_id)
+    if decision.action is Action.FAIL:
+        return replace(base, outcome=Outcome.FAILED, status=Status.FAILED,
+                       reason=decision.reason)
+    if decision.action is Action.PAUSE:
+        # A configuration error says nothing about this message: it goes back
+        # uncharged, to be tried once the transport works again.
+        return replace(base, outcome=Outcome.PAUSED, status=Status.PENDING,
+                       delay_seconds=pause_seconds, uncharge=True, reason=decision.reason)
+    # RETRY and UNKNOWN: resend later with the same Message-ID and key, so that a
+    # provider that did accept the first copy can recognise the second.
+    step = after_transient_failure(
+        ctx.policy, attempts=msg.attempts, now=msg.claimed_at, expires_at=msg.expires_at,
+        rng=ctx.rng,
+    )
+    if isinstance(step, GiveUp):
+        return replace(base, outcome=Outcome.DEAD, status=Status.DEAD, reason=step.reason)
+    outcome_kind = Outcome.UNKNOWN if decision.action is Action.UNKNOWN else Outcome.RETRY
+    return replace(base, outcome=outcome_kind, status=Status.PENDING,
+                   delay_seconds=step.delay_seconds, reason=decision.reason)
+
+
+def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
+    """A claimed message already past its age limit: dead without a send."""
+    return Completion(
+        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.DEAD,
+        status=Status.DEAD, started_at=msg.claimed_at, worker=ctx.worker,
+        recipient=msg.recipient, reason="expired", detail="past its age limit when claimed",
+    )
+
+
+def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Completion:
+    return Completion(
+        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.FAILED,
+        status=Status.FAILED, started_at=msg.claimed_at, worker=ctx.worker,
+        recipient=msg.recipient, reason="render_error", detail=str(error)[:200],
+    )
+
+
+async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Completion:
+    """Attempt ``msg`` once and return how it ended. Raises only on cancellation."""
+    if is_expired(msg.claimed_at, msg.expires_at):
+        return expired(msg, ctx)
+    try:
+        envelope = ctx.renderer.render(msg)
+    except RenderError as exc:
+        log.error("render failed id=%s key=%s template=%s: %s", msg.id, msg.key,
+                  msg.template, exc.reason)
+        return render_failed(msg, ctx, exc)
+    started = time.monotonic()
+    outcome = await ctx.transport.send(envelope)
+    decision = classify(outcome)
+    completion = decide(msg, outcome, decision, ctx=ctx, pause_seconds=pause_seconds)
+    log.info(
+        "send queue=%s key=%s message_id=%s attempt=%d outcome=%s code=%s stage=%s "
+        "duration_ms=%.1f",
+        msg.queue, msg.key, msg.message_id, msg.attempts, completion.outcome.value,
+        completion.reply_code, outcome.stage.value, (time.monotonic() - started) * 1000,
+    )
+    return completion

@@ -1,0 +1,179 @@
+"""Worker settings: read from the environment, overridden by CLI options, validated.
+
+Every setting has one environment variable; a bad value raises
+:class:`~mailout.exceptions.ConfigError` naming that variable, at startup.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mailout import validate
+from mailout.exceptions import ConfigError, InvalidMessage
+from mailout.retry import RetryPolicy
+from mailout.smtp import SmtpSettings, TlsMode, default_tls_mode
+
+
+def _number(kind: type[int] | type[float], *, minimum: float, strict: bool = False) -> Callable[
+    [str, str], Any
+]:
+    def parse(name: str, raw: str) -> Any:
+        try:
+            value = kind(raw)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise ConfigError(name, f"must be {noun}, got {raw!r}") from None
+        if value < minimum or (strict and value == minimum):
+            bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+            raise ConfigError(name, f"must be {bound}, got {raw}")
+        return value
+
+    return parse
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _tls(name: str, raw: str) -> TlsMode:
+    try:
+        return TlsMode(raw.lower())
+    except ValueError:
+        choices = ", ".join(m.value for m in TlsMode)
+        raise ConfigError(name, f"must be one of {choices}, got {raw!r}") from None
+
+
+# field -> (environment variable, parser, default)
+_SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
+    "database_url": ("MAILOUT_DATABASE_URL", _text, None),
+    "lease_seconds": ("MAILOUT_LEASE_SECONDS", _number(float, minimum=0, strict=True), 120.0),
+    "retry_base": ("MAILOUT_RETRY_BASE_SECONDS", _number(float, minimum=0, strict=True), 30.0),
+    "retry_cap": ("MAILOUT_RETRY_CAP_SECONDS", _number(float, minimum=0, strict=True), 3600.0),
+    "retry_factor": ("MAILOUT_RETRY_FACTOR", _number(float, minimum=1), 2.0),
+    "max_attempts": ("MAILOUT_MAX_ATTEMPTS", _number(int, minimum=1), 8),
+    "concurrency": ("MAILOUT_CONCURRENCY", _number(int, minimum=1), 10),
+    "poll_seconds": ("MAILOUT_POLL_SECONDS", _number(float, minimum=0, strict=True), 1.0),
+    "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _number(float, minimum=0, strict=True), 30.0),
+    "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _number(float, minimum=0, strict=True), 600.0),
+    "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", _number(float, minimum=0), 30.0),
+    "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", _text, None),
+    "templates": ("MAILOUT_TEMPLATES", _text, "templates"),
+    "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", _text, "Idempotency-Key"),
+    "mail_from": ("MAIL_FROM", _text, None),
+    "smtp_host": ("SMTP_HOST", _text, "localhost"),
+    "smtp_port": ("SMTP_PORT", _number(int, minimum=1), 587),
+    "smtp_user": ("SMTP_USER", _text, None),
+    "smtp_password": ("SMTP_PASS", _text, None),
+    "smtp_tls": ("SMTP_TLS", _tls, None),
+    "smtp_timeout": ("SMTP_TIMEOUT", _number(float, minimum=0, strict=True), 30.0),
+    "smtp_ca_file": ("SMTP_CA_FILE", _text, None),
+    "smtp_pool_size": ("SMTP_POOL_SIZE", _number(int, minimum=1), 4),
+}
+
+ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker needs. Build it with :func:`load`."""
+
+    database_url: str | None
+    lease_seconds: float
+    retry_base: float
+    retry_cap: float
+    retry_factor: float
+    max_attempts: int
+    concurrency: int
+    poll_seconds: float
+    pause_seconds: float
+    pause_cap: float
+    shutdown_grace: float
+    alert_webhook: str | None
+    templates: str
+    idempotency_header: str
+    mail_from: str | None
+    smtp_host: str
+    smtp_port: int
+    smtp_user: str | None
+    smtp_password: str | None = field(repr=False)
+    smtp_tls: TlsMode | None
+    smtp_timeout: float
+    smtp_ca_file: str | None
+    smtp_pool_size: int
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            base_seconds=self.retry_base,
+            factor=self.retry_factor,
+            cap_seconds=self.retry_cap,
+            max_attempts=self.max_attempts,
+            # The floor only stops hot loops; it must not exceed a deliberately tiny base.
+            min_seconds=min(1.0, self.retry_base),
+        )
+
+    @property
+    def templates_dir(self) -> Path:
+        return Path(self.templates)
+
+    def smtp(self) -> SmtpSettings:
+        return SmtpSettings(
+            host=self.smtp_host,
+            port=self.smtp_port,
+            username=self.smtp_user,
+            password=self.smtp_password,
+            tls=self.smtp_tls or default_tls_mode(self.smtp_port),
+            timeout=self.smtp_timeout,
+            ca_file=self.smtp_ca_file,
+            pool_size=self.smtp_pool_size,
+        )
+
+
+def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Settings from ``env`` (default ``os.environ``), with non-None ``overrides`` on top.
+
+    Raises ConfigError for an unparsable or out-of-range value, a retry cap below
+    the base, a pause cap below the pause, a lease not longer than the SMTP timeout
+    (a live worker would lose its lease mid-send), or a missing MAIL_FROM.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for name, (var, parse, default) in _SPEC.items():
+        given = overrides.get(name)
+        if given is not None:
+            values[name] = parse(var, str(given)) if isinstance(given, str) else given
+            continue
+        raw = env.get(var)
+        values[name] = parse(var, raw) if raw not in (None, "") else default
+    settings = Settings(**values)
+    _check_relations(settings)
+    return settings
+
+
+def _check_relations(s: Settings) -> None:
+    if s.retry_cap < s.retry_base:
+        raise ConfigError(
+            "MAILOUT_RETRY_CAP_SECONDS", "must not be below MAILOUT_RETRY_BASE_SECONDS"
+        )
+    if s.pause_cap < s.pause_seconds:
+        raise ConfigError("MAILOUT_PAUSE_CAP_SECONDS", "must not be below MAILOUT_PAUSE_SECONDS")
+    if s.lease_seconds <= s.smtp_timeout:
+        raise ConfigError(
+            "MAILOUT_LEASE_SECONDS",
+            f"must be longer than SMTP_TIMEOUT ({s.smtp_timeout:g} s), or a live worker "
+            "could lose its lease in the middle of a send",
+        )
+    if not s.mail_from:
+        raise ConfigError("MAIL_FROM", "is required: the address messages are sent from")
+    try:
+        validate.mailbox("MAIL_FROM", s.mail_from)
+    except InvalidMessage as exc:
+        raise ConfigError("MAIL_FROM", exc.reason) from None
+    for name in ("idempotency_header",):
+        value = getattr(s, name)
+        if not value or any(c in value for c in "\r\n: "):
+            raise ConfigError(ENV_VARS[name], "must be a header name without spaces or colons")

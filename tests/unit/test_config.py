@@ -1,0 +1,61 @@
+"""Settings: every bad value stops startup with the name of its variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from mailout import config
+from mailout.exceptions import ConfigError
+from mailout.smtp import TlsMode
+
+BASE = {"MAIL_FROM": "shop@example.com"}
+
+
+def test_defaults() -> None:
+    s = config.load(env=BASE)
+    assert s.lease_seconds == 120 and s.concurrency == 10 and s.max_attempts == 8
+    assert s.retry_base == 30 and s.retry_cap == 3600 and s.poll_seconds == 1
+    assert s.smtp().port == 587 and s.smtp().tls is TlsMode.STARTTLS
+    assert config.load(env={**BASE, "SMTP_PORT": "465"}).smtp().tls is TlsMode.IMPLICIT
+
+
+def test_overrides_beat_the_environment() -> None:
+    s = config.load(env={**BASE, "MAILOUT_CONCURRENCY": "3"}, concurrency=7)
+    assert s.concurrency == 7
+
+
+def test_the_password_is_never_in_repr() -> None:
+    s = config.load(env={**BASE, "SMTP_PASS": "hunter2-secret"})
+    assert "hunter2-secret" not in repr(s)
+    assert "hunter2-secret" not in repr(s.smtp())
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"MAILOUT_LEASE_SECONDS": "-5"}, "MAILOUT_LEASE_SECONDS"),
+        ({"MAILOUT_LEASE_SECONDS": "soon"}, "MAILOUT_LEASE_SECONDS"),
+        ({"MAILOUT_LEASE_SECONDS": "10", "SMTP_TIMEOUT": "30"}, "MAILOUT_LEASE_SECONDS"),
+        ({"MAILOUT_RETRY_BASE_SECONDS": "0"}, "MAILOUT_RETRY_BASE_SECONDS"),
+        ({"MAILOUT_RETRY_BASE_SECONDS": "60", "MAILOUT_RETRY_CAP_SECONDS": "30"},
+         "MAILOUT_RETRY_CAP_SECONDS"),
+        ({"MAILOUT_MAX_ATTEMPTS": "0"}, "MAILOUT_MAX_ATTEMPTS"),
+        ({"MAILOUT_MAX_ATTEMPTS": "2.5"}, "MAILOUT_MAX_ATTEMPTS"),
+        ({"MAILOUT_CONCURRENCY": "-1"}, "MAILOUT_CONCURRENCY"),
+        ({"MAILOUT_POLL_SECONDS": "0"}, "MAILOUT_POLL_SECONDS"),
+        ({"SMTP_PORT": "smtp"}, "SMTP_PORT"),
+        ({"SMTP_TLS": "maybe"}, "SMTP_TLS"),
+        ({"SMTP_TIMEOUT": "-1"}, "SMTP_TIMEOUT"),
+        ({"MAILOUT_PAUSE_SECONDS": "60", "MAILOUT_PAUSE_CAP_SECONDS": "10"},
+         "MAILOUT_PAUSE_CAP_SECONDS"),
+        ({"MAIL_FROM": ""}, "MAIL_FROM"),
+        ({"MAIL_FROM": "not an address"}, "MAIL_FROM"),
+        ({"MAIL_FROM": "shop@example.com\r\nBcc: x@example.com"}, "MAIL_FROM"),
+        ({"MAILOUT_IDEMPOTENCY_HEADER": "Bad Header"}, "MAILOUT_IDEMPOTENCY_HEADER"),
+    ],
+)
+def test_bad_values_name_their_setting(env: dict[str, str], setting: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load(env={**BASE, **env})
+    assert info.value.setting == setting
+    assert setting in str(info.value)

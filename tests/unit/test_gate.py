@@ -1,0 +1,38 @@
+"""The transport gate: growing pauses, one probe, resume."""
+
+from __future__ import annotations
+
+import time
+
+from mailout.gate import Gate
+
+
+def test_open_gate_gives_all_free_slots() -> None:
+    assert Gate(1, 8).capacity(free=10, in_flight=0) == 10
+
+
+def test_pause_blocks_then_allows_one_probe() -> None:
+    gate = Gate(0.05, 1)
+    newly, seconds = gate.pause("bad_credentials")
+    assert newly and seconds == 0.05
+    assert gate.capacity(free=10, in_flight=0) == 0
+    time.sleep(0.06)
+    assert gate.capacity(free=10, in_flight=0) == 1
+    assert gate.capacity(free=10, in_flight=1) == 0  # the probe is still out
+
+
+def test_consecutive_pauses_double_up_to_the_cap() -> None:
+    gate = Gate(1, 5)
+    lengths = [gate.pause("x")[1] for _ in range(5)]
+    assert lengths == [1, 2, 4, 5, 5]
+    assert [gate.pause("x")[0] for _ in range(2)] == [False, False]
+
+
+def test_resume_reopens_and_resets() -> None:
+    gate = Gate(1, 8)
+    assert not gate.resume()
+    gate.pause("x")
+    gate.pause("x")
+    assert gate.resume()
+    assert not gate.paused and gate.capacity(free=3, in_flight=2) == 3
+    assert gate.pause("x") == (True, 1)
