@@ -50,6 +50,8 @@ Timestamp = DateTime(timezone=True)
 _STATUSES = ", ".join(f"'{s.value}'" for s in Status)
 _PENDING = text(f"status = '{Status.PENDING.value}'")
 _SENDING = text(f"status = '{Status.SENDING.value}'")
+_HAS_PROVIDER_ID = text("provider_message_id IS NOT NULL")
+_FINISHED = text("finished_at IS NOT NULL")
 
 messages = Table(
     "mailout_messages",
@@ -104,8 +106,19 @@ messages = Table(
         postgresql_where=_SENDING,
         sqlite_where=_SENDING,
     ),
-    Index("ix_mailout_messages_provider_id", "provider_message_id"),
-    Index("ix_mailout_messages_finished", "status", "finished_at"),
+    # Partial, so that an enqueue (NULL in both) does not pay for them.
+    Index(
+        "ix_mailout_messages_provider_id",
+        "provider_message_id",
+        postgresql_where=_HAS_PROVIDER_ID,
+        sqlite_where=_HAS_PROVIDER_ID,
+    ),
+    Index(
+        "ix_mailout_messages_finished",
+        "finished_at",
+        postgresql_where=_FINISHED,
+        sqlite_where=_FINISHED,
+    ),
     Index("ix_mailout_messages_created", "created_at"),
 )
 

@@ -78,8 +78,22 @@ def upgrade() -> None:
         postgresql_where=sending,
         sqlite_where=sending,
     )
-    op.create_index("ix_mailout_messages_provider_id", "mailout_messages", ["provider_message_id"])
-    op.create_index("ix_mailout_messages_finished", "mailout_messages", ["status", "finished_at"])
+    has_provider_id = sa.text("provider_message_id IS NOT NULL")
+    finished = sa.text("finished_at IS NOT NULL")
+    op.create_index(
+        "ix_mailout_messages_provider_id",
+        "mailout_messages",
+        ["provider_message_id"],
+        postgresql_where=has_provider_id,
+        sqlite_where=has_provider_id,
+    )
+    op.create_index(
+        "ix_mailout_messages_finished",
+        "mailout_messages",
+        ["finished_at"],
+        postgresql_where=finished,
+        sqlite_where=finished,
+    )
     op.create_index("ix_mailout_messages_created", "mailout_messages", ["created_at"])
 
     op.create_table(
