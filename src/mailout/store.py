@@ -124,3 +124,267 @@ def _insert_statement(dialect: str) -> Any:
         .values(_INSERT_VALUES)
         .returning(messages.c.id, messages.c.idempotency_key, messages.c.message_id)
     )
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _due(queues: Sequence[str] | None) -> Any:
+    due = or_(
+        and_(messages.c.status == Status.PENDING.value, messages.c.next_attempt_at <= db_now()),
+        and_(messages.c.status == Status.SENDING.value, messages.c.lease_expires_at <= db_now()),
+    )
+    return due if not queues else and_(messages.c.queue.in_(list(queues)), due)
+
+
+def claim(
+    conn: Connection,
+    *,
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    queues: Sequence[str] | None = None,
+) -> list[ClaimedMessage]:
+    """Lease up to ``limit`` due messages to ``owner``, highest priority first.
+
+    Due means ``pending`` with ``next_attempt_at`` in the past, or ``sending`` with an
+    expired lease (its worker died or stalled). Claimed rows become ``sending`` with
+    ``attempts + 1``, a fresh lease token and a lease expiry on the database clock.
+    For a reclaimed row the abandoned attempt is logged as ``unknown``: nobody knows
+    whether the server got it. Commit promptly: on SQLite the claim holds the write lock.
+    """
+    token = str(uuid.uuid4())
+    candidates = (
+        select(
+            messages.c.id,
+            messages.c.status.label("prev_status"),
+            messages.c.lease_owner.label("prev_owner"),
+            messages.c.last_attempt_at.label("prev_started"),
+        )
+        .where(_due(queues))
+        .order_by(messages.c.priority.desc(), messages.c.next_attempt_at, messages.c.id)
+        .limit(limit)
+    )
+    lease = {
+        "status": Status.SENDING.value,
+        "attempts": messages.c.attempts + 1,
+        "lease_owner": owner,
+        "lease_token": token,
+        "lease_expires_at": db_now_plus(bindparam("lease", lease_seconds, Float)),
+        "first_attempt_at": func.coalesce(messages.c.first_attempt_at, db_now()),
+        "last_attempt_at": db_now(),
+    }
+    if conn.dialect.name == "postgresql":
+        # MATERIALIZED: the planner must not inline the CTE and lock more rows than LIMIT.
+        due = candidates.with_for_update(skip_locked=True).cte("due").prefix_with("MATERIALIZED")
+        stmt = (
+            update(messages)
+            .where(messages.c.id == due.c.id)
+            .values(lease)
+            .returning(messages, due.c.prev_status, due.c.prev_owner, due.c.prev_started)
+        )
+        rows = [dict(r._mapping) for r in conn.execute(stmt)]
+    else:
+        # SQLite: the transaction holds the database write lock (BEGIN IMMEDIATE), so
+        # reading the candidates and then updating them cannot race another claimer.
+        prev = {r.id: r for r in conn.execute(candidates)}
+        if not prev:
+            return []
+        plain = update(messages).where(messages.c.id.in_(list(prev))).values(lease)
+        updated = conn.execute(plain.returning(messages))
+        rows = [{**r._mapping, **prev[r.id]._mapping} for r in updated]
+    claimed = [_claimed(r) for r in rows]
+    _log_abandoned(conn, [r for r in rows if r["prev_status"] == Status.SENDING.value])
+    claimed.sort(key=lambda m: (-m.priority, m.id))
+    return claimed
+
+
+def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
+    return ClaimedMessage(
+        id=m["id"],
+        key=m["idempotency_key"],
+        queue=m["queue"],
+        priority=m["priority"],
+        recipient=m["recipient"],
+        sender=m["sender"],
+        template=m["template"],
+        params=m["params"],
+        subject=m["subject"],
+        text=m["body_text"],
+        html=m["body_html"],
+        headers=m["headers"],
+        message_id=m["message_id"],
+        attempts=m["attempts"],
+        created_at=_aware(m["created_at"]) or datetime.now(UTC),
+        expires_at=_aware(m["expires_at"]),
+        lease_token=m["lease_token"],
+        claimed_at=_aware(m["last_attempt_at"]) or datetime.now(UTC),
+        reclaimed=m["prev_status"] == Status.SENDING.value,
+    )
+
+
+def _log_abandoned(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if not rows:
+        return
+    conn.execute(
+        insert(attempts).values(finished_at=db_now()),
+        [
+            {
+                "outbox_id": r["id"],
+                "attempt": r["attempts"] - 1,
+                "outcome": Outcome.UNKNOWN.value,
+                "detail": "lease expired before the attempt finished",
+                "worker": r["prev_owner"],
+                "started_at": r["prev_started"],
+            }
+            for r in rows
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """How one claimed attempt ended, and what the row becomes."""
+
+    id: int
+    lease_token: str
+    attempt: int
+    outcome: Outcome
+    status: Status  # SENT, PENDING (retry or paused), FAILED, DEAD or UNKNOWN
+    started_at: datetime
+    worker: str
+    recipient: str
+    delay_seconds: float | None = None  # for PENDING: when to try again
+    uncharge: bool = False  # a paused attempt does not count against max_attempts
+    reason: str | None = None
+    stage: str | None = None
+    reply_code: int | None = None
+    enhanced_code: str | None = None
+    reply_text: str | None = None
+    detail: str | None = None
+    provider_message_id: str | None = None
+
+
+def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
+    """Record finished attempts; return the ids whose completion was fenced out.
+
+    Each update checks the lease token, so a worker whose lease expired (and whose
+    row another worker has since claimed) cannot overwrite the newer attempt. Its
+    attempt is still logged, because it happened; only the row is left alone.
+    """
+    fenced: list[int] = []
+    log: list[dict[str, Any]] = []
+    for c in completions:
+        stmt = (
+            update(messages)
+            .where(
+                messages.c.id == c.id,
+                messages.c.lease_token == c.lease_token,
+                messages.c.status == Status.SENDING.value,
+            )
+            .values(_completion_values(c))
+        )
+        if conn.execute(stmt).rowcount != 1:
+            fenced.append(c.id)
+        log.append(_attempt_row(c, fenced=bool(fenced) and fenced[-1] == c.id))
+    if log:
+        conn.execute(insert(attempts).values(finished_at=db_now()), log)
+    return fenced
+
+
+def _completion_values(c: Completion) -> dict[str, Any]:
+    vals: dict[str, Any] = {
+        "status": c.status.value,
+        "reason": c.reason,
+        "lease_owner": None,
+        "lease_token": None,
+        "lease_expires_at": None,
+    }
+    if c.reply_code is not None:
+        vals["last_reply_code"] = c.reply_code
+        vals["last_reply_text"] = _truncate(c.reply_text)
+    if c.provider_message_id is not None:
+        vals["provider_message_id"] = c.provider_message_id
+    if c.status is Status.SENT:
+        vals["sent_at"] = db_now()
+    if c.status.is_final:
+        vals["finished_at"] = db_now()
+    if c.delay_seconds is not None:
+        vals["next_attempt_at"] = db_now_plus(bindparam("delay", c.delay_seconds, Float))
+    if c.uncharge:
+        vals["attempts"] = messages.c.attempts - 1
+    return vals
+
+
+def _attempt_row(c: Completion, *, fenced: bool) -> dict[str, Any]:
+    detail = c.detail
+    if fenced:
+        detail = "lease lost before completion; row left to its new owner"
+    return {
+        "outbox_id": c.id,
+        "attempt": c.attempt,
+        "outcome": c.outcome.value,
+        "stage": c.stage,
+        "reply_code": c.reply_code,
+        "enhanced_code": c.enhanced_code,
+        "reply_text": _truncate(c.reply_text),
+        "detail": None if detail is None else detail[:200],
+        "recipient": c.recipient,
+        "worker": c.worker,
+        "started_at": c.started_at,
+    }
+
+
+def _truncate(value: str | None) -> str | None:
+    return None if value is None else value[:REPLY_TEXT_MAX]
+
+
+def release(conn: Connection, leases: Iterable[tuple[int, str]]) -> int:
+    """Give back claimed rows that were never started (shutdown): pending again, uncharged."""
+    n = 0
+    for rid, token in leases:
+        stmt = (
+            update(messages)
+            .where(messages.c.id == rid, messages.c.lease_token == token)
+            .values(
+                status=Status.PENDING.value,
+                attempts=messages.c.attempts - 1,
+                lease_owner=None,
+                lease_token=None,
+                lease_expires_at=None,
+            )
+        )
+        n += conn.execute(stmt).rowcount
+    return n
+
+
+def extend_leases(conn: Connection, leases: Iterable[tuple[int, str]], seconds: float) -> int:
+    """Push the lease expiry of rows still held (heartbeat). Returns how many were held."""
+    pairs = list(leases)
+    if not pairs:
+        return 0
+    held = or_(*(and_(messages.c.id == i, messages.c.lease_token == t) for i, t in pairs))
+    stmt = (
+        update(messages)
+        .where(held, messages.c.status == Status.SENDING.value)
+        .values(lease_expires_at=db_now_plus(bindparam("lease", seconds, Float)))
+    )
+    return conn.execute(stmt).rowcount
+
+
+def next_due_in(conn: Connection, queues: Sequence[str] | None = None) -> float | None:
+    """Seconds until the next message becomes due, 0 if one is due now, None if none waits."""
+    soonest = func.min(
+        func.coalesce(messages.c.lease_expires_at, messages.c.next_attempt_at)
+    )
+    live = messages.c.status.in_([Status.PENDING.value, Status.SENDING.value])
+    cond = live if not queues else and_(live, messages.c.queue.in_(list(queues)))
+    row = conn.execute(select(soonest, db_now()).where(cond)).one()
+    at, now = _aware(row[0]), _aware(row[1])
+    if at is None or now is None:
+        return None
+    return max(0.0, (at - now).total_seconds())
