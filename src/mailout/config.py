@@ -71,7 +71,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "smtp_tls": ("SMTP_TLS", _tls, None),
     "smtp_timeout": ("SMTP_TIMEOUT", _number(float, minimum=0, strict=True), 30.0),
     "smtp_ca_file": ("SMTP_CA_FILE", _text, None),
-    "smtp_pool_size": ("SMTP_POOL_SIZE", _number(int, minimum=1), 4),
+    "smtp_pool_size": ("SMTP_POOL_SIZE", _number(int, minimum=1), None),
 }
 
 ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
@@ -103,7 +103,7 @@ class Settings:
     smtp_tls: TlsMode | None
     smtp_timeout: float
     smtp_ca_file: str | None
-    smtp_pool_size: int
+    smtp_pool_size: int | None  # None: one connection per concurrent send
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -129,7 +129,7 @@ class Settings:
             tls=self.smtp_tls or default_tls_mode(self.smtp_port),
             timeout=self.smtp_timeout,
             ca_file=self.smtp_ca_file,
-            pool_size=self.smtp_pool_size,
+            pool_size=self.smtp_pool_size or self.concurrency,
         )
 
 

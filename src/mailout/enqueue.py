@@ -11,7 +11,7 @@ import secrets
 import socket
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
 from pathlib import Path
@@ -81,7 +81,9 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
 
 def _domain_of(mailbox: str) -> str | None:
     addr = parseaddr(mailbox)[1]
-    return addr.rpartition("@")[2] or None if "@" in addr else None
+    if "@" not in addr:
+        return None
+    return addr.rpartition("@")[2] or None
 
 
 def make_message_id(domain: str | None) -> str:
@@ -111,7 +113,6 @@ class Message:
     expires_in: timedelta | float | None = None
     headers: Mapping[str, str] | None = None
     sender: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _validated_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
