@@ -13,9 +13,14 @@ BASE = {"MAIL_FROM": "shop@example.com"}
 
 def test_defaults() -> None:
     s = config.load(env=BASE)
-    assert s.lease_seconds == 120 and s.concurrency == 10 and s.max_attempts == 8
-    assert s.retry_base == 30 and s.retry_cap == 3600 and s.poll_seconds == 1
-    assert s.smtp().port == 587 and s.smtp().tls is TlsMode.STARTTLS
+    assert s.lease_seconds == 120
+    assert s.concurrency == 10
+    assert s.max_attempts == 8
+    assert s.retry_base == 30
+    assert s.retry_cap == 3600
+    assert s.poll_seconds == 1
+    assert s.smtp().port == 587
+    assert s.smtp().tls is TlsMode.STARTTLS
     assert config.load(env={**BASE, "SMTP_PORT": "465"}).smtp().tls is TlsMode.IMPLICIT
 
 

@@ -64,11 +64,14 @@ def test_decide(outcome: SendOutcome, action: Action, attempts: int, expires_in:
     c = decide(msg(attempts, expires_in), outcome, Decision(action, "r"), ctx=CTX,
                pause_seconds=30)
     assert (c.status, c.outcome, c.uncharge) == (status, kind, not charged)
-    assert c.attempt == attempts and c.lease_token == "tok"
+    assert c.attempt == attempts
+    assert c.lease_token == "tok"
     if status is Status.PENDING:
-        assert c.delay_seconds is not None and c.delay_seconds >= 0
+        assert c.delay_seconds is not None
+        assert c.delay_seconds >= 0
     if outcome.reply:
-        assert c.reply_code == outcome.reply.code and c.reply_text == outcome.reply.text
+        assert c.reply_code == outcome.reply.code
+        assert c.reply_text == outcome.reply.text
 
 
 def test_sent_keeps_the_provider_id() -> None:

@@ -14,7 +14,8 @@ def test_open_gate_gives_all_free_slots() -> None:
 def test_pause_blocks_then_allows_one_probe() -> None:
     gate = Gate(0.05, 1)
     newly, seconds = gate.pause("bad_credentials")
-    assert newly and seconds == 0.05
+    assert newly
+    assert seconds == 0.05
     assert gate.capacity(free=10, in_flight=0) == 0
     time.sleep(0.06)
     assert gate.capacity(free=10, in_flight=0) == 1
@@ -34,5 +35,6 @@ def test_resume_reopens_and_resets() -> None:
     gate.pause("x")
     gate.pause("x")
     assert gate.resume()
-    assert not gate.paused and gate.capacity(free=3, in_flight=2) == 3
+    assert not gate.paused
+    assert gate.capacity(free=3, in_flight=2) == 3
     assert gate.pause("x") == (True, 1)
