@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from mailout.classify import Action, Decision, classify, parse_provider_id
 from mailout.exceptions import RenderError
-from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.models import ClaimedMessage, OnUnknown, Outcome, Status
 from mailout.render import Renderer
 from mailout.retry import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.store import Completion
@@ -31,6 +31,7 @@ class Context:
     renderer: Renderer
     transport: Transport
     rng: random.Random
+    on_unknown: OnUnknown = OnUnknown.RESEND
 
 
 def decide(
@@ -77,6 +78,9 @@ def decide(
     )
     if isinstance(step, GiveUp):
         return replace(base, outcome=Outcome.DEAD, status=Status.DEAD, reason=step.reason)
+    if decision.action is Action.UNKNOWN and ctx.on_unknown is OnUnknown.HOLD:
+        return replace(base, outcome=Outcome.UNKNOWN, status=Status.UNKNOWN,
+                       reason=decision.reason)
     outcome_kind = Outcome.UNKNOWN if decision.action is Action.UNKNOWN else Outcome.RETRY
     return replace(base, outcome=outcome_kind, status=Status.PENDING,
                    delay_seconds=step.delay_seconds, reason=decision.reason)
@@ -91,6 +95,19 @@ def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
     )
 
 
+def parked(msg: ClaimedMessage, ctx: Context) -> Completion:
+    """A reclaimed message under on_unknown=hold: parked for review, not sent again.
+
+    Nothing is sent, so the claim's attempt is given back and not logged; the claim
+    already logged the abandoned attempt as unknown.
+    """
+    return Completion(
+        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.UNKNOWN,
+        status=Status.UNKNOWN, started_at=msg.claimed_at, worker=ctx.worker,
+        recipient=msg.recipient, reason="lease_expired", uncharge=True, logged=False,
+    )
+
+
 def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Completion:
     return Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.FAILED,
@@ -101,6 +118,8 @@ def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Comp
 
 async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Completion:
     """Attempt ``msg`` once and return how it ended. Raises only on cancellation."""
+    if msg.reclaimed and ctx.on_unknown is OnUnknown.HOLD:
+        return parked(msg, ctx)
     if is_expired(msg.claimed_at, msg.expires_at):
         return expired(msg, ctx)
     try:

@@ -14,6 +14,7 @@ from typing import Any
 
 from mailout import validate
 from mailout.exceptions import ConfigError, InvalidMessage
+from mailout.models import OnUnknown
 from mailout.retry import RetryPolicy
 from mailout.smtp import SmtpSettings, TlsMode, default_tls_mode
 
@@ -39,6 +40,13 @@ def _text(name: str, raw: str) -> str:
     return raw
 
 
+def _on_unknown(name: str, raw: str) -> OnUnknown:
+    try:
+        return OnUnknown(raw.lower())
+    except ValueError:
+        raise ConfigError(name, f"must be resend or hold, got {raw!r}") from None
+
+
 def _tls(name: str, raw: str) -> TlsMode:
     try:
         return TlsMode(raw.lower())
@@ -61,6 +69,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _number(float, minimum=0, strict=True), 600.0),
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", _number(float, minimum=0), 30.0),
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", _text, None),
+    "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
     "templates": ("MAILOUT_TEMPLATES", _text, "templates"),
     "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", _text, "Idempotency-Key"),
     "mail_from": ("MAIL_FROM", _text, None),
@@ -93,6 +102,7 @@ class Settings:
     pause_cap: float
     shutdown_grace: float
     alert_webhook: str | None
+    on_unknown: OnUnknown
     templates: str
     idempotency_header: str
     mail_from: str | None

@@ -48,6 +48,8 @@ def make_engine(url: str | None = None, **kw: Any) -> Engine:
     SQLite gets WAL mode and a busy timeout, so that the application, several worker
     processes and the CLI can share one file without "database is locked" errors.
     """
+    # pre_ping: after a database restart, pooled connections are dead; test before use.
+    kw.setdefault("pool_pre_ping", True)
     engine = create_engine(database_url(url), **kw)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -38,6 +38,13 @@ class Outcome(enum.StrEnum):
     PAUSED = "paused"  # configuration error; the message went back uncharged
 
 
+class OnUnknown(enum.StrEnum):
+    """What to do after an attempt whose outcome is unknown."""
+
+    RESEND = "resend"  # send again with the same Message-ID and key (at-least-once)
+    HOLD = "hold"  # park the row in status unknown until an operator settles it
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
     """What :func:`mailout.enqueue` returns."""

@@ -42,6 +42,7 @@ def build_worker(
         ),
         transport=transport or SmtpTransport(settings.smtp()),
         rng=make_rng(),
+        on_unknown=settings.on_unknown,
     )
     options = Options(
         concurrency=settings.concurrency,

@@ -267,6 +267,7 @@ class Completion:
     reply_text: str | None = None
     detail: str | None = None
     provider_message_id: str | None = None
+    logged: bool = True  # False when no attempt was made (a row parked at claim)
 
 
 def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
@@ -288,9 +289,11 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
             )
             .values(_completion_values(c))
         )
-        if conn.execute(stmt).rowcount != 1:
+        was_fenced = conn.execute(stmt).rowcount != 1
+        if was_fenced:
             fenced.append(c.id)
-        log.append(_attempt_row(c, fenced=bool(fenced) and fenced[-1] == c.id))
+        if c.logged:
+            log.append(_attempt_row(c, fenced=was_fenced))
     if log:
         conn.execute(insert(attempts).values(finished_at=db_now()), log)
     return fenced

@@ -137,7 +137,10 @@ class Worker:
         """With until_idle: nothing running, nothing unwritten and nothing due now."""
         if self._in_flight or not self.writer.idle or self.gate.paused:
             return False
-        due_in = await asyncio.to_thread(self._due_in)
+        try:
+            due_in = await asyncio.to_thread(self._due_in)
+        except (OperationalError, DBAPIError):
+            return False  # cannot tell: keep running, the claim loop retries the database
         return due_in is None or due_in > 0
 
     def _claim(self, limit: int) -> list[ClaimedMessage]:

@@ -58,7 +58,7 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -188,6 +188,11 @@ class SmtpTestServer:
         self.slow_delay = slow_delay
         self.ca_file = ca_file  # the CA a client must trust (set by the fixtures)
         self.greeting: str | None = None
+        # Hooks for crash and chaos tests. ``fault_hook(addresses, stage)`` picks a fault
+        # when no rule or token did; ``before_reply(message)`` runs (in a thread) after a
+        # message was recorded and before its 250 reply is sent.
+        self.fault_hook: Callable[[tuple[str, ...], Stage], Fault | None] | None = None
+        self.before_reply: Callable[[ReceivedMessage], None] | None = None
         self.connections = 0
         self.dedup_hits = 0
         self.faults_fired = 0
@@ -303,7 +308,12 @@ class SmtpTestServer:
                             rule.remaining -= 1
                         self.faults_fired += 1
                         return rule.fault
-        return None
+        hook = self.fault_hook
+        fault = hook(tuple(addresses), stage) if hook is not None else None
+        if fault is not None:
+            with self._lock:
+                self.faults_fired += 1
+        return fault
 
     # -- internals (server thread) ---------------------------------------------
 
@@ -368,7 +378,7 @@ class SmtpTestServer:
         )
         return AuthResult(success=ok, handled=False, auth_data=data.login if ok else None)
 
-    def _record(self, envelope: Any, session: Any) -> str:
+    def _record(self, envelope: Any, session: Any) -> tuple[str, ReceivedMessage | None]:
         data = bytes(envelope.original_content or b"")
         headers = BytesHeaderParser(policy=policy.default).parsebytes(data)
         message_id, key = _header(headers, "Message-ID"), _header(headers, "Idempotency-Key")
@@ -376,23 +386,22 @@ class SmtpTestServer:
         with self._changed:
             if self.dedup and ids & self._seen:
                 self.dedup_hits += 1
-                return "duplicate"
+                return "duplicate", None
             self._seen |= ids
             login = session.auth_data
-            self._messages.append(
-                ReceivedMessage(
-                    mail_from=envelope.mail_from,
-                    rcpt_tos=tuple(envelope.rcpt_tos),
-                    data=data,
-                    message_id=message_id,
-                    idempotency_key=key,
-                    received_at=datetime.now(UTC),
-                    tls=session.ssl is not None or self.implicit_tls,
-                    auth_user=login.decode() if isinstance(login, bytes) else None,
-                )
+            received = ReceivedMessage(
+                mail_from=envelope.mail_from,
+                rcpt_tos=tuple(envelope.rcpt_tos),
+                data=data,
+                message_id=message_id,
+                idempotency_key=key,
+                received_at=datetime.now(UTC),
+                tls=session.ssl is not None or self.implicit_tls,
+                auth_user=login.decode() if isinstance(login, bytes) else None,
             )
+            self._messages.append(received)
             self._changed.notify_all()
-            return f"msg-{len(self._messages)}"
+            return f"msg-{len(self._messages)}", received
 
 
 def _header(headers: Any, name: str) -> str | None:
@@ -515,8 +524,11 @@ class _Handler:
 
     async def handle_DATA(self, server: _FaultySMTP, session: Any, envelope: Any) -> str:
         fault = self.owner._fault_for(envelope.rcpt_tos, Stage.BODY)
-        queued = "not-recorded"
+        queued, received = "not-recorded", None
         if fault is None or (fault.deliver and (fault.code or 250) < 400):
-            queued = self.owner._record(envelope, session)
+            queued, received = self.owner._record(envelope, session)
+        hook = self.owner.before_reply
+        if hook is not None and received is not None:
+            await asyncio.to_thread(hook, received)
         status = await server.fault_status(fault) if fault else None
         return status or f"250 2.0.0 OK queued as {queued}"
