@@ -63,8 +63,8 @@ def decide(
         provider_id = parse_provider_id(reply.text) if reply else None
         return replace(base, provider_message_id=provider_id)
     if decision.action is Action.FAIL:
-        return replace(base, outcome=Outcome.FAILED, status=Status.FAILED,
-                       reason=decision.reason)
+        return _given_up(msg, replace(base, outcome=Outcome.FAILED, status=Status.FAILED,
+                                      reason=decision.reason))
     if decision.action is Action.PAUSE:
         # A configuration error says nothing about this message: it goes back
         # uncharged, to be tried once the transport works again.
@@ -77,7 +77,8 @@ def decide(
         rng=ctx.rng,
     )
     if isinstance(step, GiveUp):
-        return replace(base, outcome=Outcome.DEAD, status=Status.DEAD, reason=step.reason)
+        return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
+                                      reason=step.reason))
     if decision.action is Action.UNKNOWN and ctx.on_unknown is OnUnknown.HOLD:
         return replace(base, outcome=Outcome.UNKNOWN, status=Status.UNKNOWN,
                        reason=decision.reason)
@@ -86,13 +87,26 @@ def decide(
                    delay_seconds=step.delay_seconds, reason=decision.reason)
 
 
+def _given_up(msg: ClaimedMessage, completion: Completion) -> Completion:
+    """Failed or dead, unless an earlier attempt may have delivered it.
+
+    After an unknown outcome, a refusal or a give-up does not prove the recipient got
+    nothing: such a row is parked in ``unknown`` for review instead, so that ``failed``
+    and ``dead`` always mean "not delivered". The attempt log keeps the real outcome.
+    """
+    if msg.unknown_attempts == 0:
+        return completion
+    return replace(completion, status=Status.UNKNOWN,
+                   reason=f"{completion.reason}_after_unknown")
+
+
 def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
     """A claimed message already past its age limit: dead without a send."""
-    return Completion(
+    return _given_up(msg, Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.DEAD,
         status=Status.DEAD, started_at=msg.claimed_at, worker=ctx.worker,
         recipient=msg.recipient, reason="expired", detail="past its age limit when claimed",
-    )
+    ))
 
 
 def parked(msg: ClaimedMessage, ctx: Context) -> Completion:

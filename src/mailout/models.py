@@ -73,6 +73,7 @@ class ClaimedMessage:
     headers: dict[str, str] | None
     message_id: str
     attempts: int  # including the attempt this claim starts
+    unknown_attempts: int  # earlier attempts that may have delivered it
     created_at: datetime
     expires_at: datetime | None
     lease_token: str

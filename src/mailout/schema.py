@@ -73,6 +73,9 @@ messages = Table(
     Column("message_id", String(255), nullable=False),  # RFC 5322 Message-ID, with <>
     Column("schema_version", Integer),
     Column("attempts", Integer, nullable=False, server_default="0"),
+    # Attempts whose outcome is unknown (lost reply, lost lease): the message may
+    # have been delivered, so a later refusal does not prove it was not.
+    Column("unknown_attempts", Integer, nullable=False, server_default="0"),
     Column("next_attempt_at", Timestamp, nullable=False),
     Column("expires_at", Timestamp),
     Column("lease_owner", String(200)),

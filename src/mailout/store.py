@@ -19,6 +19,7 @@ from sqlalchemy import (
     Float,
     and_,
     bindparam,
+    case,
     func,
     insert,
     or_,
@@ -172,6 +173,9 @@ def claim(
     lease = {
         "status": Status.SENDING.value,
         "attempts": messages.c.attempts + 1,
+        # SET sees the old row: a row still "sending" was abandoned mid-attempt.
+        "unknown_attempts": messages.c.unknown_attempts
+        + case((messages.c.status == Status.SENDING.value, 1), else_=0),
         "lease_owner": owner,
         "lease_token": token,
         "lease_expires_at": db_now_plus(bindparam("lease", lease_seconds, Float)),
@@ -219,6 +223,7 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         headers=m["headers"],
         message_id=m["message_id"],
         attempts=m["attempts"],
+        unknown_attempts=m["unknown_attempts"],
         created_at=_aware(m["created_at"]) or datetime.now(UTC),
         expires_at=_aware(m["expires_at"]),
         lease_token=m["lease_token"],
@@ -320,6 +325,8 @@ def _completion_values(c: Completion) -> dict[str, Any]:
         vals["next_attempt_at"] = db_now_plus(bindparam("delay", c.delay_seconds, Float))
     if c.uncharge:
         vals["attempts"] = messages.c.attempts - 1
+    if c.outcome is Outcome.UNKNOWN and c.logged:
+        vals["unknown_attempts"] = messages.c.unknown_attempts + 1
     return vals
 
 

@@ -200,7 +200,7 @@ class Worker:
                 continue
             if c.status is Status.SENT:
                 self.sent += 1
-            elif c.status is Status.DEAD:
+            elif c.outcome is Outcome.DEAD:
                 self.alerts.fire(Alert("dead", f"message {c.id} is dead: {c.reason}", {
                     "id": c.id, "attempts": c.attempt, "reason": c.reason,
                     "reply_code": c.reply_code, "reply_text": c.reply_text,

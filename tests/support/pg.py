@@ -88,6 +88,16 @@ class EmbeddedPostgres:
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
         return self.url
 
+    def restart(self) -> None:
+        """Crash-restart the server (immediate stop, then start on the same port).
+
+        Connections die mid-transaction, as in a real database crash; committed data
+        survives through WAL recovery.
+        """
+        assert self._dir is not None
+        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self._dir / "server.log"),
+                  "-m", "immediate", "-w", "-t", str(START_TIMEOUT), "restart")
+
     def stop(self) -> None:
         """Stop the server (immediate mode) and delete its files. Safe to call twice."""
         if self._dir is None:

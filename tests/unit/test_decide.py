@@ -34,7 +34,7 @@ def msg(attempts: int = 1, expires_in: float = 3600) -> ClaimedMessage:
     return ClaimedMessage(
         id=1, key="k", queue="default", priority=0, recipient="a@example.com", sender=None,
         template=None, params=None, subject="s", text="t", html=None, headers=None,
-        message_id="<m@x>", attempts=attempts, created_at=NOW,
+        message_id="<m@x>", attempts=attempts, unknown_attempts=0, created_at=NOW,
         expires_at=NOW + timedelta(seconds=expires_in), lease_token="tok", claimed_at=NOW,
         reclaimed=False,
     )
@@ -84,3 +84,18 @@ def test_dead_names_its_reason() -> None:
                   pause_seconds=30).reason == "max_attempts"
     assert decide(msg(1, -1), SOFT, Decision(Action.RETRY, "r"), ctx=CTX,
                   pause_seconds=30).reason == "expired"
+
+
+@pytest.mark.parametrize(("outcome", "action", "attempts"),
+                         [(HARD, Action.FAIL, 1), (SOFT, Action.RETRY, 3)])
+def test_a_give_up_after_an_unknown_outcome_is_parked_not_failed(
+    outcome: SendOutcome, action: Action, attempts: int
+) -> None:
+    from dataclasses import replace
+
+    c = decide(replace(msg(attempts), unknown_attempts=1), outcome, Decision(action, "r"),
+               ctx=CTX, pause_seconds=30)
+    assert c.status is Status.UNKNOWN
+    assert c.outcome in (Outcome.FAILED, Outcome.DEAD)  # the attempt log keeps the truth
+    assert c.reason is not None
+    assert c.reason.endswith("_after_unknown")

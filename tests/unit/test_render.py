@@ -39,6 +39,7 @@ def claimed(**changes: Any) -> ClaimedMessage:
         headers=None,
         message_id=MESSAGE_ID,
         attempts=1,
+        unknown_attempts=0,
         created_at=NOW,
         expires_at=None,
         lease_token="lease",

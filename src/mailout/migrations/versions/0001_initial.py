@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("message_id", sa.String(255), nullable=False),
         sa.Column("schema_version", sa.Integer),
         sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("unknown_attempts", sa.Integer, nullable=False, server_default="0"),
         sa.Column("next_attempt_at", Ts, nullable=False),
         sa.Column("expires_at", Ts),
         sa.Column("lease_owner", sa.String(200)),
