@@ -61,6 +61,7 @@ class EmbeddedPostgres:
         self._dir: Path | None = None
         self._uid: int | None = None
         self._bin = Path()
+        self._options = ""
 
     @property
     def data_dir(self) -> Path:
@@ -80,13 +81,22 @@ class EmbeddedPostgres:
             "--encoding=UTF8", "--locale=C", "--no-sync",
         )  # fmt: skip
         port = _free_port()
-        options = f"-h 127.0.0.1 -p {port} -k {self._dir} -F -c max_connections=200"
-        self._run(
-            "pg_ctl", "-D", str(self.data_dir), "-l", str(self._dir / "server.log"),
-            "-o", options, "-w", "-t", str(START_TIMEOUT), "start",
-        )  # fmt: skip
+        self._options = f"-h 127.0.0.1 -p {port} -k {self._dir} -F -c max_connections=200"
+        self.resume()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
         return self.url
+
+    def halt(self) -> None:
+        """Stop the server abruptly but keep its files: a database outage."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server (again) on its port."""
+        assert self._dir is not None
+        self._run(
+            "pg_ctl", "-D", str(self.data_dir), "-l", str(self._dir / "server.log"),
+            "-o", self._options, "-w", "-t", str(START_TIMEOUT), "start",
+        )  # fmt: skip
 
     def restart(self) -> None:
         """Crash-restart the server (immediate stop, then start on the same port).
