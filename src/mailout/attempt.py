@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from mailout.classify import Action, Decision, classify, parse_provider_id
 from mailout.exceptions import RenderError
@@ -32,6 +33,10 @@ class Context:
     transport: Transport
     rng: random.Random
     on_unknown: OnUnknown = OnUnknown.RESEND
+    queue_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
+
+    def retry_policy(self, queue: str) -> RetryPolicy:
+        return self.queue_policies.get(queue, self.policy)
 
 
 def decide(
@@ -73,8 +78,8 @@ def decide(
     # RETRY and UNKNOWN: resend later with the same Message-ID and key, so that a
     # provider that did accept the first copy can recognise the second.
     step = after_transient_failure(
-        ctx.policy, attempts=msg.attempts, now=msg.claimed_at, expires_at=msg.expires_at,
-        rng=ctx.rng,
+        ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
+        expires_at=msg.expires_at, rng=ctx.rng,
     )
     if isinstance(step, GiveUp):
         return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,

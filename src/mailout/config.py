@@ -7,13 +7,14 @@ Every setting has one environment variable; a bad value raises
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mailout import validate
 from mailout.exceptions import ConfigError, InvalidMessage
+from mailout.lanes import Lane, QueuePolicy, parse_lanes, parse_queue_policies
 from mailout.models import OnUnknown
 from mailout.retry import RetryPolicy
 from mailout.smtp import SmtpSettings, TlsMode, default_tls_mode
@@ -47,6 +48,25 @@ def _on_unknown(name: str, raw: str) -> OnUnknown:
         raise ConfigError(name, f"must be resend or hold, got {raw!r}") from None
 
 
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, f"must be true or false, got {raw!r}")
+
+
+def _lanes(name: str, raw: str) -> str:
+    parse_lanes(raw, name)  # validate now, at startup
+    return raw
+
+
+def _policies(name: str, raw: str) -> str:
+    parse_queue_policies(raw, QueuePolicy(RetryPolicy(), 3600.0), name)
+    return raw
+
+
 def _tls(name: str, raw: str) -> TlsMode:
     try:
         return TlsMode(raw.lower())
@@ -64,7 +84,12 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "retry_factor": ("MAILOUT_RETRY_FACTOR", _number(float, minimum=1), 2.0),
     "max_attempts": ("MAILOUT_MAX_ATTEMPTS", _number(int, minimum=1), 8),
     "concurrency": ("MAILOUT_CONCURRENCY", _number(int, minimum=1), 10),
-    "poll_seconds": ("MAILOUT_POLL_SECONDS", _number(float, minimum=0, strict=True), 1.0),
+    # None: 1 s on PostgreSQL (NOTIFY wakes workers sooner), 0.2 s on SQLite.
+    "poll_seconds": ("MAILOUT_POLL_SECONDS", _number(float, minimum=0, strict=True), None),
+    "listen": ("MAILOUT_LISTEN", _bool, True),
+    "lanes": ("MAILOUT_LANES", _lanes, None),
+    "queue_policies": ("MAILOUT_QUEUE_POLICIES", _policies, None),
+    "max_age": ("MAILOUT_MAX_AGE_SECONDS", _number(float, minimum=0, strict=True), 86400.0),
     "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _number(float, minimum=0, strict=True), 30.0),
     "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _number(float, minimum=0, strict=True), 600.0),
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", _number(float, minimum=0), 30.0),
@@ -97,7 +122,11 @@ class Settings:
     retry_factor: float
     max_attempts: int
     concurrency: int
-    poll_seconds: float
+    poll_seconds: float | None
+    listen: bool
+    lanes: str | None
+    queue_policies: str | None
+    max_age: float
     pause_seconds: float
     pause_cap: float
     shutdown_grace: float
@@ -125,6 +154,17 @@ class Settings:
             # The floor only stops hot loops; it must not exceed a deliberately tiny base.
             min_seconds=min(1.0, self.retry_base),
         )
+
+    def policies(self) -> dict[str, QueuePolicy]:
+        """Per-queue overrides from MAILOUT_QUEUE_POLICIES (validated at load)."""
+        default = QueuePolicy(self.retry_policy, self.max_age)
+        return parse_queue_policies(self.queue_policies or "", default)
+
+    def lane_list(self, queues: Sequence[str] | None = None) -> list[Lane]:
+        """The lanes to run: MAILOUT_LANES, else one lane over ``queues`` (all if None)."""
+        if self.lanes:
+            return parse_lanes(self.lanes)
+        return [Lane("default", tuple(queues or ()), self.concurrency)]
 
     @property
     def templates_dir(self) -> Path:

@@ -1,10 +1,11 @@
-"""Assembles a worker from settings: engine, renderer, transport, alerts."""
+"""Assembles a worker from settings: engine, lanes, renderer, transports, alerts."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from sqlalchemy import Engine
 
@@ -18,43 +19,61 @@ from mailout.worker import Options, Worker, make_rng, worker_name
 
 log = logging.getLogger("mailout.worker")
 
+SQLITE_POLL = 0.2  # SQLite has no NOTIFY: poll more often
+PG_POLL = 1.0
+
 
 def build_worker(
     settings: Settings,
     *,
     engine: Engine | None = None,
-    transport: Transport | None = None,
+    transport_factory: Callable[[], Transport] | None = None,
     queues: Sequence[str] | None = None,
     until_idle: bool = False,
     alert_callback: AlertCallback | None = None,
 ) -> Worker:
-    """A ready-to-run :class:`Worker`. Raises SchemaMissing if migrations are not applied."""
+    """A ready-to-run :class:`Worker`. Raises SchemaMissing if migrations are not applied.
+
+    Each lane gets its own transport (its own SMTP connections); ``queues`` limits
+    the single default lane when no MAILOUT_LANES is set.
+    """
     engine = engine or db.make_engine(settings.database_url)
     db.require_schema(engine)
     assert settings.mail_from is not None  # config.load refuses a missing MAIL_FROM
-    ctx = attempt.Context(
-        worker=worker_name(),
-        policy=settings.retry_policy,
-        renderer=Renderer(
-            settings.templates_dir,
-            mail_from=settings.mail_from,
-            idempotency_header=settings.idempotency_header,
-        ),
-        transport=transport or SmtpTransport(settings.smtp()),
-        rng=make_rng(),
-        on_unknown=settings.on_unknown,
-    )
+    policies = settings.policies()
+    name = worker_name()
+    renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
+                        idempotency_header=settings.idempotency_header)
+    lanes = settings.lane_list(queues)
+
+    def transport(concurrency: int) -> Transport:
+        if transport_factory is not None:
+            return transport_factory()
+        pool = settings.smtp_pool_size or concurrency
+        return SmtpTransport(replace(settings.smtp(), pool_size=pool))
+
+    contexts = [
+        (lane, attempt.Context(
+            worker=name, policy=settings.retry_policy, renderer=renderer,
+            transport=transport(lane.concurrency), rng=make_rng(),
+            on_unknown=settings.on_unknown,
+            queue_policies={q: p.retry for q, p in policies.items()},
+        ))
+        for lane in lanes
+    ]
+    poll = settings.poll_seconds or (SQLITE_POLL if engine.dialect.name == "sqlite" else PG_POLL)
     options = Options(
-        concurrency=settings.concurrency,
         lease_seconds=settings.lease_seconds,
-        poll_seconds=settings.poll_seconds,
+        poll_seconds=poll,
         pause_seconds=settings.pause_seconds,
         pause_cap=settings.pause_cap,
         shutdown_grace=settings.shutdown_grace,
-        queues=list(queues) if queues else None,
         until_idle=until_idle,
+        listen=settings.listen,
     )
-    return Worker(engine, ctx, options, Alerts(alert_callback, settings.alert_webhook))
+    rates = {q: p.rate_per_second for q, p in policies.items() if p.rate_per_second}
+    return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook),
+                  rates)
 
 
 def run_worker(

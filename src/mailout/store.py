@@ -134,12 +134,16 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-def _due(queues: Sequence[str] | None) -> Any:
+def _due(queues: Sequence[str] | None, exclude: Sequence[str] = ()) -> Any:
     due = or_(
         and_(messages.c.status == Status.PENDING.value, messages.c.next_attempt_at <= db_now()),
         and_(messages.c.status == Status.SENDING.value, messages.c.lease_expires_at <= db_now()),
     )
-    return due if not queues else and_(messages.c.queue.in_(list(queues)), due)
+    if queues:
+        due = and_(messages.c.queue.in_(list(queues)), due)
+    if exclude:
+        due = and_(messages.c.queue.not_in(list(exclude)), due)
+    return due
 
 
 def claim(
@@ -149,6 +153,7 @@ def claim(
     limit: int,
     lease_seconds: float,
     queues: Sequence[str] | None = None,
+    exclude_queues: Sequence[str] = (),
 ) -> list[ClaimedMessage]:
     """Lease up to ``limit`` due messages to ``owner``, highest priority first.
 
@@ -166,7 +171,7 @@ def claim(
             messages.c.lease_owner.label("prev_owner"),
             messages.c.last_attempt_at.label("prev_started"),
         )
-        .where(_due(queues))
+        .where(_due(queues, exclude_queues))
         .order_by(messages.c.priority.desc(), messages.c.next_attempt_at, messages.c.id)
         .limit(limit)
     )

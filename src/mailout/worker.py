@@ -1,84 +1,86 @@
-"""The worker loop: claim, hand each message to an attempt, record, repeat.
+"""The worker process: runs its lanes and owns what they share.
 
-Each step lives in its own module; this one only schedules them:
-claiming (:mod:`store`), one attempt (:mod:`attempt`), recording
-(:mod:`completions`), pausing (:mod:`gate`) and alerting (:mod:`alerts`).
+Each lane (:mod:`mailout.lane`) claims and sends for its own queues. The worker
+holds the shared parts and hands each step to its module: recording
+(:mod:`completions`), the pause after configuration errors (:mod:`gate`), alerts
+(:mod:`alerts`), lease heartbeats, NOTIFY wakeups (:mod:`wakeup`) and shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import random
 import signal
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout import attempt, db, store
+from mailout import attempt, store, wakeup
 from mailout.alerts import Alert, Alerts
 from mailout.completions import CompletionWriter
 from mailout.gate import Gate
-from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.lane import LaneRunner
+from mailout.lanes import Lane
+from mailout.models import Outcome, Status
+from mailout.ratelimit import TokenBucket
 from mailout.store import Completion
 
 log = logging.getLogger("mailout.worker")
-
-DB_RETRY_CAP = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
     """How one worker runs; see :mod:`mailout.config` for the matching settings."""
 
-    concurrency: int = 10
     lease_seconds: float = 120.0
     poll_seconds: float = 1.0
     pause_seconds: float = 30.0
     pause_cap: float = 600.0
     shutdown_grace: float = 30.0
-    queues: Sequence[str] | None = None
     until_idle: bool = False
+    listen: bool = True  # LISTEN for NOTIFY on PostgreSQL; off for PgBouncer (poll only)
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-@dataclass
-class _InFlight:
-    msg: ClaimedMessage
-    task: asyncio.Task[Completion]
-
-
 class Worker:
     """Sends due messages until stopped (or, with ``until_idle``, until none is due)."""
 
-    def __init__(self, engine: Engine, ctx: attempt.Context, options: Options, alerts: Alerts):
+    def __init__(
+        self,
+        engine: Engine,
+        lanes: Sequence[tuple[Lane, attempt.Context]],
+        options: Options,
+        alerts: Alerts,
+        rates: Mapping[str, float] | None = None,
+    ) -> None:
         self.engine = engine
-        self.ctx = ctx
         self.opts = options
         self.alerts = alerts
         self.gate = Gate(options.pause_seconds, options.pause_cap)
         self.writer = CompletionWriter(engine, self._written)
-        self._in_flight: dict[int, _InFlight] = {}
-        self._wake = asyncio.Event()
-        self._stopping = False
+        buckets = {q: TokenBucket(rate) for q, rate in (rates or {}).items()}
+        self.lanes = [LaneRunner(self, lane, ctx, buckets) for lane, ctx in lanes]
+        self.name = lanes[0][1].worker if lanes else worker_name()
+        self.stopping = False
         self.sent = 0
 
     def stop(self) -> None:
         """Stop claiming; in-flight sends finish (up to the grace period)."""
-        if not self._stopping:
-            log.info("worker %s stopping", self.ctx.worker)
-        self._stopping = True
-        self._wake.set()
+        if not self.stopping:
+            log.info("worker %s stopping", self.name)
+        self.stopping = True
+        for lane in self.lanes:
+            lane.wake.set()
 
     async def run(self) -> None:
         """Run until stopped. Never raises for a message, a server or a database outage."""
@@ -86,97 +88,38 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)
-        writer = asyncio.create_task(self.writer.run(), name="mailout-completions")
-        heartbeat = asyncio.create_task(self._heartbeat(), name="mailout-heartbeat")
-        log.info("worker %s started: concurrency=%d queues=%s", self.ctx.worker,
-                 self.opts.concurrency, ",".join(self.opts.queues or ["*"]))
+        helpers = [asyncio.create_task(self.writer.run(), name="mailout-completions"),
+                   asyncio.create_task(self._heartbeat(), name="mailout-heartbeat")]
+        if self.opts.listen and self.engine.dialect.name == "postgresql":
+            url = self.engine.url.render_as_string(hide_password=False)
+            helpers.append(asyncio.create_task(wakeup.listen(url, self._wake),
+                                               name="mailout-listen"))
+        log.info("worker %s started: lanes %s", self.name, ", ".join(
+            f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"
+            for r in self.lanes))
         try:
-            await self._loop()
-            await self._drain()
-        finally:
-            heartbeat.cancel()
+            await asyncio.gather(*(lane.run() for lane in self.lanes))
+            await asyncio.gather(*(lane.drain(self.opts.shutdown_grace) for lane in self.lanes))
             self.writer.close()
-            await writer
-            await self.ctx.transport.close()
+            await self.writer.wait_idle()
+        finally:
+            for task in helpers[1:]:
+                task.cancel()
+            self.writer.close()
+            await helpers[0]
+            for lane in self.lanes:
+                await lane.ctx.transport.close()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
 
-    async def _loop(self) -> None:
-        db_backoff = 0.5
-        while not self._stopping:
-            # Clear before looking: a send finishing from here on must wake the sleep below.
-            self._wake.clear()
-            free = self.opts.concurrency - len(self._in_flight)
-            want = self.gate.capacity(free, len(self._in_flight))
-            claimed: list[ClaimedMessage] = []
-            if want > 0:
-                try:
-                    claimed = await asyncio.to_thread(self._claim, want)
-                    db_backoff = 0.5
-                except (OperationalError, DBAPIError) as exc:
-                    log.warning("claim failed, database unreachable? retrying in %.1fs: %s",
-                                db_backoff, type(exc).__name__)
-                    await self._sleep(db_backoff)
-                    db_backoff = min(db_backoff * 2, DB_RETRY_CAP)
-                    continue
-            for msg in claimed:
-                self._start(msg)
-            if claimed and len(claimed) == want:
-                continue  # a full batch: more may be due, claim again at once
-            if self.opts.until_idle and not claimed and await self._idle():
-                return
-            await self._sleep(self._wait_time())
+    def _wake(self, queue: str | None) -> None:
+        for lane in self.lanes:
+            if queue is None or not lane.lane.queues or queue in lane.lane.queues:
+                lane.wake.set()
 
-    def _wait_time(self) -> float:
-        if self.gate.paused and not self._in_flight:
-            return max(0.05, min(self.gate.seconds_left(), self.opts.poll_seconds))
-        return self.opts.poll_seconds
-
-    async def _idle(self) -> bool:
-        """With until_idle: nothing running, nothing unwritten and nothing due now."""
-        if self._in_flight or not self.writer.idle or self.gate.paused:
-            return False
-        try:
-            due_in = await asyncio.to_thread(self._due_in)
-        except (OperationalError, DBAPIError):
-            return False  # cannot tell: keep running, the claim loop retries the database
-        return due_in is None or due_in > 0
-
-    def _claim(self, limit: int) -> list[ClaimedMessage]:
-        with db.immediate(self.engine) as conn:
-            return store.claim(
-                conn, owner=self.ctx.worker, limit=limit,
-                lease_seconds=self.opts.lease_seconds, queues=self.opts.queues,
-            )
-
-    def _due_in(self) -> float | None:
-        with self.engine.connect() as conn:
-            return store.next_due_in(conn, self.opts.queues)
-
-    def _start(self, msg: ClaimedMessage) -> None:
-        if msg.reclaimed:
-            log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
-                        "outcome is unknown", msg.id, msg.key)
-        task = asyncio.create_task(
-            attempt.run(msg, self.ctx, pause_seconds=self.opts.pause_seconds),
-            name=f"mailout-send-{msg.id}",
-        )
-        self._in_flight[msg.id] = _InFlight(msg, task)
-        task.add_done_callback(functools.partial(self._finished, msg))
-
-    def _finished(self, msg: ClaimedMessage, task: asyncio.Task[Completion]) -> None:
-        self._in_flight.pop(msg.id, None)
-        self._wake.set()
-        if task.cancelled():
-            return  # shutdown gave up on it; its lease expires and it is reclaimed
-        exc = task.exception()
-        if exc is not None:
-            # A bug, not a delivery problem: leave the row to lease expiry rather than
-            # guess. The next claim logs the attempt as unknown and resends it.
-            log.error("attempt for id=%s crashed: %r", msg.id, exc)
-            return
-        completion = task.result()
+    def record(self, completion: Completion) -> None:
+        """Take a finished attempt: adjust the gate, queue the write."""
         self._gate_after(completion)
         self.writer.add(completion)
 
@@ -186,15 +129,16 @@ class Worker:
             if newly:
                 self.alerts.fire(Alert("paused", f"sending paused: {c.reason}",
                                        {"reason": c.reason, "reply_code": c.reply_code,
-                                        "worker": self.ctx.worker}))
+                                        "worker": self.name}))
             log.error("transport paused for %.0fs: %s (code %s)", seconds, c.reason,
                       c.reply_code)
         elif self.gate.paused and self.gate.resume():
-            self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.ctx.worker}))
+            self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))
             log.warning("transport resumed")
 
     def _written(self, batch: list[Completion], fenced: set[int]) -> None:
-        self._wake.set()
+        for lane in self.lanes:
+            lane.wake.set()
         for c in batch:
             if c.id in fenced:
                 continue
@@ -210,7 +154,8 @@ class Worker:
         """Keep the leases of in-flight and unrecorded rows alive."""
         while True:
             await asyncio.sleep(self.opts.lease_seconds / 3)
-            held = [(i, f.msg.lease_token) for i, f in self._in_flight.items()]
+            held = [(i, f.msg.lease_token) for lane in self.lanes
+                    for i, f in lane.in_flight.items()]
             held += self.writer.held_leases()
             if not held:
                 continue
@@ -222,24 +167,6 @@ class Worker:
     def _extend(self, held: list[tuple[int, str]]) -> None:
         with self.engine.begin() as conn:
             store.extend_leases(conn, held, self.opts.lease_seconds)
-
-    async def _drain(self) -> None:
-        """Let in-flight sends finish within the grace period, then record everything."""
-        tasks = [f.task for f in self._in_flight.values()]
-        if tasks:
-            log.info("waiting up to %.0fs for %d in-flight sends", self.opts.shutdown_grace,
-                     len(tasks))
-            _done, pending = await asyncio.wait(tasks, timeout=self.opts.shutdown_grace)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-        self.writer.close()
-        await self.writer.wait_idle()
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
 
 
 def make_rng() -> random.Random:

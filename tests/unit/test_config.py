@@ -18,7 +18,7 @@ def test_defaults() -> None:
     assert s.max_attempts == 8
     assert s.retry_base == 30
     assert s.retry_cap == 3600
-    assert s.poll_seconds == 1
+    assert s.poll_seconds is None  # chosen per database: 1 s PostgreSQL, 0.2 s SQLite
     assert s.smtp().port == 587
     assert s.smtp().tls is TlsMode.STARTTLS
     assert config.load(env={**BASE, "SMTP_PORT": "465"}).smtp().tls is TlsMode.IMPLICIT
