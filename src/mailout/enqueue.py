@@ -39,6 +39,7 @@ class EnqueueSettings:
     message_id_domain: str | None = None
     max_message_bytes: int = DEFAULT_MAX_BYTES
     max_age_seconds: float = DEFAULT_MAX_AGE
+    notify: bool = True  # NOTIFY waiting workers on commit (PostgreSQL only)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EnqueueSettings:
@@ -50,6 +51,7 @@ class EnqueueSettings:
             message_id_domain=domain or None,
             max_message_bytes=_positive_int(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
             max_age_seconds=_positive_float(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
+            notify=env.get("MAILOUT_NOTIFY", "1").strip().lower() not in ("0", "false", "no"),
         )
 
 
@@ -196,6 +198,8 @@ def enqueue_many(
     rows = [_validated_row(m, settings) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
     stored = store.insert_messages(connection, rows)
+    if settings.notify:
+        store.notify(connection, {r["queue"] for r in rows if stored[r["idempotency_key"]].created})
     results: list[EnqueueResult] = []
     for row in rows:
         hit = stored[row["idempotency_key"]]

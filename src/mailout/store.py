@@ -403,3 +403,18 @@ def next_due_in(conn: Connection, queues: Sequence[str] | None = None) -> float 
     if at is None or now is None:
         return None
     return max(0.0, (at - now).total_seconds())
+
+
+NOTIFY_CHANNEL = "mailout"  # mailout.wakeup listens here; the payload is the queue
+
+
+def notify(conn: Connection, queues: Iterable[str]) -> None:
+    """Wake workers serving ``queues`` when the caller's transaction commits.
+
+    PostgreSQL only (elsewhere workers poll). NOTIFY is transactional: nothing is
+    delivered on rollback, and duplicates within a transaction are folded into one.
+    """
+    names = sorted(set(queues))
+    if conn.dialect.name != "postgresql" or not names:
+        return
+    conn.execute(select(*(func.pg_notify(NOTIFY_CHANNEL, q) for q in names)))

@@ -19,9 +19,11 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from mailout import store
+
 log = logging.getLogger("mailout.worker")
 
-CHANNEL = "mailout"
+CHANNEL = store.NOTIFY_CHANNEL
 RECONNECT_MAX = 30.0
 
 

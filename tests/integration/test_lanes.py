@@ -1,0 +1,122 @@
+"""Lanes keep urgent mail moving; NOTIFY wakes idle workers; queue rates hold."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy import Engine, func, select
+
+from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.runner import build_worker
+from mailout.schema import messages
+from tests.support.smtpserver import SmtpTestServer
+from tests.support.workers import settings_for
+
+SETTINGS = EnqueueSettings(message_id_domain="lanes.example.com")
+
+
+def add(engine: Engine, n: int, queue: str, local: str = "user") -> None:
+    with engine.begin() as conn:
+        for i in range(n):
+            enqueue(conn, to=f"{local}+{queue}{i}@example.com", subject="Hi", text="x",
+                    queue=queue, settings=SETTINGS)
+
+
+def pending(engine: Engine, queue: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).where(
+            messages.c.queue == queue, messages.c.status != "sent")).scalar_one()
+
+
+async def _until(predicate: object, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+def test_a_critical_message_overtakes_a_saturated_bulk_lane(
+    engine: Engine, db_url: str, smtp_server: SmtpTestServer
+) -> None:
+    add(engine, 30, "bulk", local="slow-after-dot")
+    smtp_server.slow_delay = 1.0
+    settings = settings_for(db_url, smtp_server, MAILOUT_LANES="critical:2,bulk:2")
+    worker = build_worker(settings)
+
+    async def scenario() -> float:
+        task = asyncio.create_task(worker.run())
+        assert await _until(lambda: smtp_server.connections >= 2, 10)  # bulk is busy
+        t0 = time.monotonic()
+        await asyncio.to_thread(add, engine, 1, "critical", "login")
+        got = await _until(lambda: any(m.rcpt_tos[0].startswith("login")
+                                       for m in smtp_server.messages), 5)
+        elapsed = time.monotonic() - t0
+        still_waiting = await asyncio.to_thread(pending, engine, "bulk")
+        worker.stop()
+        await task
+        assert got, "the critical message was not delivered"
+        assert still_waiting > 20  # delivered while the bulk backlog stood
+        return elapsed
+
+    try:
+        elapsed = asyncio.run(scenario())
+    finally:
+        worker.alerts.close()
+        worker.engine.dispose()
+    assert elapsed < 1.0  # not behind a 1 s bulk reply, let alone 30 of them
+
+
+def test_notify_wakes_an_idle_worker_long_before_its_poll(
+    pg_url: str, smtp_server: SmtpTestServer
+) -> None:
+    from mailout import db
+
+    engine = db.make_engine(pg_url)
+    settings = settings_for(pg_url, smtp_server, MAILOUT_POLL_SECONDS=60)
+    worker = build_worker(settings)
+
+    async def scenario() -> float:
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(1.0)  # idle, listening, next poll in ~60 s
+        t0 = time.monotonic()
+        await asyncio.to_thread(add, engine, 1, "default")
+        got = await _until(lambda: len(smtp_server.messages) == 1, 5)
+        elapsed = time.monotonic() - t0
+        worker.stop()
+        await task
+        assert got, "no delivery: the NOTIFY did not wake the worker"
+        return elapsed
+
+    try:
+        elapsed = asyncio.run(scenario())
+    finally:
+        worker.alerts.close()
+        worker.engine.dispose()
+        engine.dispose()
+    assert elapsed < 5
+
+
+def test_a_queue_rate_limit_holds(engine: Engine, db_url: str,
+                                  smtp_server: SmtpTestServer) -> None:
+    rate, n = 40, 160
+    add(engine, n, "bulk")
+    settings = settings_for(db_url, smtp_server, MAILOUT_LANES="bulk:10",
+                            MAILOUT_QUEUE_POLICIES=f"bulk:rate={rate}")
+    worker = build_worker(settings, until_idle=True)
+    try:
+        asyncio.run(worker.run())
+    finally:
+        worker.alerts.close()
+        worker.engine.dispose()
+    times = sorted(m.received_at for m in smtp_server.messages)
+    assert len(times) == n
+    start = times[0]
+    offsets = [(t - start).total_seconds() for t in times]
+    # A full bucket allows one second's worth at once, then `rate` per second.
+    assert offsets[-1] >= (n - rate) / rate * 0.9
+    for second in range(1, int(offsets[-1]) + 1):
+        window = sum(1 for o in offsets if second <= o < second + 1)
+        assert window <= rate * 1.25, f"{window} messages in second {second}"
