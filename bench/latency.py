@@ -1,0 +1,143 @@
+"""Latency of urgent mail: a login code must not wait behind a newsletter.
+
+PostgreSQL and ``smtp-sink`` on loopback. Phase 1 drains a bulk backlog alone (the
+bulk rate baseline). Phase 2 fills the backlog again and, while one worker with a
+bulk lane and a critical lane drains it, enqueues critical messages one at a time at
+random intervals, each in its own transaction. Phase 3 does the same with the worker
+idle. Latency is commit (measured here) to ``sent_at`` (the database clock when the
+worker recorded the server's 250, so it slightly overstates the true figure).
+
+    .venv/bin/python -m bench.latency [-n 50000] [--critical 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select
+
+from bench.common import scratch_database, smtp_sink
+from mailout import db
+from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
+from mailout.schema import messages
+
+SETTINGS = EnqueueSettings(message_id_domain="bench.example.com")
+LANES = "critical:4,bulk:16"
+
+
+def fill_bulk(engine: Engine, n: int, tag: str) -> None:
+    for start in range(0, n, 5000):
+        batch = [Message(to=f"news{i}@example.com", subject="Our newsletter",
+                         text="Hello " * 300, key=f"{tag}-{i}", queue="bulk")
+                 for i in range(start, min(n, start + 5000))]
+        with engine.begin() as conn:
+            enqueue_many(conn, batch, settings=SETTINGS)
+
+
+def start_worker(url: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "MAILOUT_DATABASE_URL": url, "MAIL_FROM": "shop@example.com",
+           "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_TLS": "none",
+           "MAILOUT_LANES": LANES}
+    exe = Path(sys.executable).parent / "mailout"
+    return subprocess.Popen([str(exe), "worker"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def count(engine: Engine, queue: str, status: str = "sent") -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(
+            messages.c.queue == queue, messages.c.status == status)).scalar_one())
+
+
+def wait_drained(engine: Engine, queue: str, n: int) -> float:
+    t0 = time.perf_counter()
+    while count(engine, queue) < n:
+        time.sleep(0.1)
+    return time.perf_counter() - t0
+
+
+def send_critical(engine: Engine, n: int, tag: str,
+                  rng: random.Random) -> list[tuple[int, float]]:
+    commits: list[tuple[int, float]] = []
+    for i in range(n):
+        time.sleep(rng.uniform(0.02, 0.15))
+        with engine.begin() as conn:
+            rid = enqueue(conn, to=f"login{i}@example.com", subject="Your code",
+                          text=f"Code: {rng.randint(100000, 999999)}", key=f"{tag}-{i}",
+                          queue="critical", settings=SETTINGS).id
+        commits.append((rid, time.time()))
+    return commits
+
+
+def latencies(engine: Engine, commits: list[tuple[int, float]]) -> list[float]:
+    deadline = time.time() + 60
+    ids = [rid for rid, _ in commits]
+    while time.time() < deadline:
+        with engine.connect() as conn:
+            rows = dict(conn.execute(select(messages.c.id, messages.c.sent_at)
+                                     .where(messages.c.id.in_(ids))).all())
+        if all(rows.get(i) is not None for i in ids):
+            break
+        time.sleep(0.1)
+    out = []
+    for rid, committed in commits:
+        sent: datetime = rows[rid]
+        out.append((sent.astimezone(UTC).timestamp() - committed) * 1000)
+    return out
+
+
+def summary(name: str, ms: list[float]) -> str:
+    q = statistics.quantiles(ms, n=100)
+    return (f"{name:<28}{len(ms):>6}{q[49]:>9.1f}{q[94]:>9.1f}{q[98]:>9.1f}"
+            f"{max(ms):>9.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=50_000, help="bulk backlog size")
+    ap.add_argument("--critical", type=int, default=200)
+    args = ap.parse_args()
+    rng = random.Random(7)
+    with scratch_database() as url, smtp_sink() as port:
+        engine = db.make_engine(url)
+        db.upgrade(engine)
+        worker = start_worker(url, port)
+        try:
+            fill_bulk(engine, args.n, "alone")
+            alone = args.n / wait_drained(engine, "bulk", args.n)
+
+            fill_bulk(engine, args.n, "mixed")
+            t0 = time.perf_counter()
+            commits = send_critical(engine, args.critical, "busy", rng)
+            busy_bulk = count(engine, "bulk") - args.n
+            during = busy_bulk / (time.perf_counter() - t0)
+            backlog_left = 2 * args.n - count(engine, "bulk")
+            busy = latencies(engine, commits)
+            wait_drained(engine, "bulk", 2 * args.n)
+
+            idle = latencies(engine, send_critical(engine, args.critical, "idle", rng))
+        finally:
+            worker.terminate()
+            worker.wait(60)
+            engine.dispose()
+    print(f"lanes {LANES}; bulk backlog {args.n}; critical messages {args.critical}")
+    print(f"{'critical latency (ms)':<28}{'n':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}")
+    print(summary("while bulk drains", busy))
+    print(summary("worker idle", idle))
+    print(f"bulk alone:            {alone:8.0f} msg/s")
+    print(f"bulk with critical:    {during:8.0f} msg/s ({100 * (during / alone - 1):+.1f}%)")
+    print(f"bulk still pending when the last critical was sent: {backlog_left}")
+    if backlog_left <= 0:
+        print("WARNING: the backlog ran out before the critical run ended; use a larger -n")
+
+
+if __name__ == "__main__":
+    main()
