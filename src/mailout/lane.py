@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ DB_RETRY_CAP = 30.0
 class InFlight:
     msg: ClaimedMessage
     task: asyncio.Task[Completion]
+    started: float  # time.monotonic() at start
 
 
 class LaneRunner:
@@ -65,10 +67,13 @@ class LaneRunner:
         while not self.worker.stopping:
             # Clear before looking: a send finishing from here on must wake the sleep.
             self.wake.clear()
+            self.worker.observer.tick()
             try:
                 claimed, full = await self._claim_all()
                 db_backoff = 0.5
+                self.worker.observer.database(True)
             except (OperationalError, DBAPIError) as exc:
+                self.worker.observer.database(False)
                 log.warning("claim failed in lane %s, retrying in %.1fs: %s", self.lane.name,
                             db_backoff, type(exc).__name__)
                 await self._sleep(db_backoff)
@@ -133,17 +138,18 @@ class LaneRunner:
 
     def _start(self, msg: ClaimedMessage) -> None:
         if msg.reclaimed:
+            self.worker.observer.reclaimed(msg)
             log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
                         "outcome is unknown", msg.id, msg.key)
         task = asyncio.create_task(
             attempt.run(msg, self.ctx, pause_seconds=self.worker.opts.pause_seconds),
             name=f"mailout-send-{msg.id}",
         )
-        self.in_flight[msg.id] = InFlight(msg, task)
+        self.in_flight[msg.id] = InFlight(msg, task, time.monotonic())
         task.add_done_callback(functools.partial(self._finished, msg))
 
     def _finished(self, msg: ClaimedMessage, task: asyncio.Task[Completion]) -> None:
-        self.in_flight.pop(msg.id, None)
+        flight = self.in_flight.pop(msg.id, None)
         self.wake.set()
         if task.cancelled():
             return  # shutdown gave up on it; its lease expires and it is reclaimed
@@ -153,7 +159,10 @@ class LaneRunner:
             # guess. The next claim logs the attempt as unknown and resends it.
             log.error("attempt for id=%s crashed: %r", msg.id, exc)
             return
-        self.worker.record(task.result())
+        completion = task.result()
+        seconds = time.monotonic() - flight.started if flight else 0.0
+        self.worker.observer.attempt(msg, completion, seconds)
+        self.worker.record(completion)
 
     async def drain(self, grace: float) -> None:
         """Let in-flight sends finish within ``grace`` seconds; cancel the rest."""

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from mailout import attempt, db
 from mailout.alerts import AlertCallback, Alerts
 from mailout.config import Settings
+from mailout.observe import Observer
 from mailout.render import Renderer
 from mailout.smtp import SmtpTransport
 from mailout.transport import Transport
@@ -31,6 +32,7 @@ def build_worker(
     queues: Sequence[str] | None = None,
     until_idle: bool = False,
     alert_callback: AlertCallback | None = None,
+    observer: Observer | None = None,
 ) -> Worker:
     """A ready-to-run :class:`Worker`. Raises SchemaMissing if migrations are not applied.
 
@@ -73,7 +75,7 @@ def build_worker(
     )
     rates = {q: p.rate_per_second for q, p in policies.items() if p.rate_per_second}
     return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook),
-                  rates)
+                  rates, observer)
 
 
 def run_worker(

@@ -29,6 +29,7 @@ from mailout.gate import Gate
 from mailout.lane import LaneRunner
 from mailout.lanes import Lane
 from mailout.models import Outcome, Status
+from mailout.observe import NullObserver, Observer
 from mailout.ratelimit import TokenBucket
 from mailout.store import Completion
 
@@ -62,8 +63,10 @@ class Worker:
         options: Options,
         alerts: Alerts,
         rates: Mapping[str, float] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.engine = engine
+        self.observer: Observer = observer or NullObserver()
         self.opts = options
         self.alerts = alerts
         self.gate = Gate(options.pause_seconds, options.pause_cap)
@@ -127,12 +130,14 @@ class Worker:
         if c.outcome is Outcome.PAUSED:
             newly, seconds = self.gate.pause(c.reason or "configuration error")
             if newly:
+                self.observer.paused(c.reason or "configuration error")
                 self.alerts.fire(Alert("paused", f"sending paused: {c.reason}",
                                        {"reason": c.reason, "reply_code": c.reply_code,
                                         "worker": self.name}))
             log.error("transport paused for %.0fs: %s (code %s)", seconds, c.reason,
                       c.reply_code)
         elif self.gate.paused and self.gate.resume():
+            self.observer.paused(None)
             self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))
             log.warning("transport resumed")
 
