@@ -6,14 +6,19 @@ a problem with the message or the server.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from sqlalchemy import Engine
+
 from mailout.classify import Action, Decision, classify, parse_provider_id
 from mailout.exceptions import RenderError
+from mailout.logs import LogRecipients, log_send
+from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.models import ClaimedMessage, OnUnknown, Outcome, Status
 from mailout.render import Renderer
 from mailout.retry import GiveUp, RetryPolicy, after_transient_failure, is_expired
@@ -21,6 +26,8 @@ from mailout.store import Completion
 from mailout.transport import SendOutcome, Transport
 
 log = logging.getLogger("mailout.worker")
+
+SCHEMA_RECHECK_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +40,10 @@ class Context:
     transport: Transport
     rng: random.Random
     on_unknown: OnUnknown = OnUnknown.RESEND
+    guards: Guards | None = None
+    engine: Engine | None = None  # for send-time checks that read the database
     queue_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
+    log_recipients: LogRecipients = LogRecipients.MASKED  # MAILOUT_LOG_RECIPIENTS
 
     def retry_policy(self, queue: str) -> RetryPolicy:
         return self.queue_policies.get(queue, self.policy)
@@ -127,6 +137,41 @@ def parked(msg: ClaimedMessage, ctx: Context) -> Completion:
     )
 
 
+def _guarded(msg: ClaimedMessage, ctx: Context, verdict: Verdict) -> Completion:
+    """The completion for a message a send-time guard stopped."""
+    base = Completion(
+        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts,
+        outcome=Outcome.CANCELLED, status=Status.CANCELLED, started_at=msg.claimed_at,
+        worker=ctx.worker, recipient=msg.recipient, uncharge=True,
+    )
+    if isinstance(verdict, Cancel):
+        return replace(base, reason=verdict.reason, detail=verdict.detail)
+    if isinstance(verdict, Hold):
+        # Not this worker's to judge: back to pending, uncharged and unlogged, for a
+        # worker that knows the schema (or this one after its deploy).
+        return replace(base, outcome=Outcome.HELD, status=Status.PENDING,
+                       reason="unknown_schema", detail=verdict.detail,
+                       delay_seconds=SCHEMA_RECHECK_SECONDS, logged=False)
+    assert isinstance(verdict, Retry)
+    step = after_transient_failure(
+        ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
+        expires_at=msg.expires_at, rng=ctx.rng,
+    )
+    retry = replace(base, outcome=Outcome.RETRY, uncharge=False, reason="check_failed",
+                    detail=verdict.detail)
+    if isinstance(step, GiveUp):
+        return replace(retry, outcome=Outcome.DEAD, status=Status.DEAD, reason=step.reason)
+    return replace(retry, status=Status.PENDING, delay_seconds=step.delay_seconds)
+
+
+async def _verdict(msg: ClaimedMessage, ctx: Context) -> Verdict:
+    if ctx.guards is None:
+        return Proceed(msg)
+    if ctx.guards.needs_database:
+        return await asyncio.to_thread(ctx.guards.verdict, msg, ctx.engine)
+    return ctx.guards.verdict(msg, None)
+
+
 def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Completion:
     return Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.FAILED,
@@ -141,6 +186,11 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Com
         return parked(msg, ctx)
     if is_expired(msg.claimed_at, msg.expires_at):
         return expired(msg, ctx)
+    verdict = await _verdict(msg, ctx)
+    if not isinstance(verdict, Proceed):
+        log.info("guard stopped id=%s key=%s: %s", msg.id, msg.key, verdict)
+        return _guarded(msg, ctx, verdict)
+    msg = verdict.message
     try:
         envelope = ctx.renderer.render(msg)
     except RenderError as exc:
@@ -151,10 +201,8 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Com
     outcome = await ctx.transport.send(envelope)
     decision = classify(outcome)
     completion = decide(msg, outcome, decision, ctx=ctx, pause_seconds=pause_seconds)
-    log.info(
-        "send queue=%s key=%s message_id=%s attempt=%d outcome=%s code=%s stage=%s "
-        "duration_ms=%.1f",
-        msg.queue, msg.key, msg.message_id, msg.attempts, completion.outcome.value,
-        completion.reply_code, outcome.stage.value, (time.monotonic() - started) * 1000,
-    )
+    if verdict.redirected_to is not None:
+        completion = replace(completion, redirected_to=verdict.redirected_to)
+    log_send(log, msg, completion, stage=outcome.stage.value,
+             seconds=time.monotonic() - started, recipients=ctx.log_recipients)
     return completion

@@ -48,6 +48,13 @@ def _on_unknown(name: str, raw: str) -> OnUnknown:
         raise ConfigError(name, f"must be resend or hold, got {raw!r}") from None
 
 
+def _address(name: str, raw: str) -> str:
+    try:
+        return validate.address(name, raw)
+    except InvalidMessage as exc:
+        raise ConfigError(name, exc.reason) from None
+
+
 def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -95,6 +102,10 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", _number(float, minimum=0), 30.0),
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", _text, None),
     "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
+    "checks": ("MAILOUT_CHECKS", _text, None),
+    "resolvers": ("MAILOUT_RESOLVERS", _text, None),
+    "redirect_to": ("MAILOUT_REDIRECT_TO", _address, None),
+    "allow_domains": ("MAILOUT_ALLOW_DOMAINS", _text, None),
     "templates": ("MAILOUT_TEMPLATES", _text, "templates"),
     "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", _text, "Idempotency-Key"),
     "mail_from": ("MAIL_FROM", _text, None),
@@ -132,6 +143,10 @@ class Settings:
     shutdown_grace: float
     alert_webhook: str | None
     on_unknown: OnUnknown
+    checks: str | None
+    resolvers: str | None
+    redirect_to: str | None
+    allow_domains: str | None
     templates: str
     idempotency_header: str
     mail_from: str | None

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from mailout import store, validate
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
+from mailout.guards import template_schema
 from mailout.models import EnqueueResult
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
@@ -115,6 +116,8 @@ class Message:
     expires_in: timedelta | float | None = None
     headers: Mapping[str, str] | None = None
     sender: str | None = None
+    event: str | None = None  # the business event, for send-time checks (guards.py)
+    version: str | int | None = None  # the event's version at enqueue
 
 
 def _validated_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
@@ -138,10 +141,16 @@ def _validated_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
         "body_text": None,
         "body_html": None,
         "headers": None if msg.headers is None else validate.headers(msg.headers),
+        "event_ref": None if msg.event is None else validate.bounded("event", msg.event, 255),
+        "event_version": None if msg.version is None
+        else validate.bounded("version", str(msg.version), 64),
+        "schema_version": None,
     }
     if msg.template is not None:
         row["template"] = validate.template_name(msg.template, settings.templates_dir)
         row["params"] = validate.params({} if msg.params is None else msg.params)
+        if settings.templates_dir is not None:
+            row["schema_version"] = template_schema(settings.templates_dir, row["template"])
     else:
         if msg.params is not None:
             raise InvalidMessage("params", "params need a template")
@@ -228,6 +237,8 @@ def enqueue(
     expires_in: timedelta | float | None = None,
     headers: Mapping[str, str] | None = None,
     sender: str | None = None,
+    event: str | None = None,
+    version: str | int | None = None,
     settings: EnqueueSettings | None = None,
     ignore_conflicts: bool = False,
 ) -> EnqueueResult:
@@ -243,12 +254,16 @@ def enqueue(
       a random key, which deduplicates nothing.
     - ``expires_in`` is the age limit (default ``MAILOUT_MAX_AGE_SECONDS``, 24 h),
       counted from ``send_at`` or from now.
+    - ``event`` and ``version`` name the business event and its version, so that a
+      check registered for the template can cancel the message at send time if the
+      event is no longer current (see :mod:`mailout.guards`). A template whose
+      ``meta.toml`` declares ``schema = N`` stores N with the message.
     - Bad input raises :class:`InvalidMessage` naming the field; nothing is written.
     """
     msg = Message(
         to=to, template=template, params=params, subject=subject, text=text, html=html,
         key=key, queue=queue, priority=priority, send_at=send_at, expires_in=expires_in,
-        headers=headers, sender=sender,
+        headers=headers, sender=sender, event=event, version=version,
     )
     return enqueue_many(conn, [msg], settings=settings, ignore_conflicts=ignore_conflicts)[0]
 

@@ -109,9 +109,11 @@ class LaneRunner:
     def _claim(self, queues: tuple[str, ...], exclude: tuple[str, ...],
                limit: int) -> list[ClaimedMessage]:
         with db.immediate(self.worker.engine) as conn:
+            paused = self.worker.pauses.current(conn)
             return store.claim(conn, owner=self.ctx.worker, limit=limit,
                                lease_seconds=self.worker.opts.lease_seconds, queues=queues,
-                               exclude_queues=exclude)
+                               exclude_queues=(*exclude, *paused.queues),
+                               exclude_templates=paused.templates)
 
     def _wait_time(self) -> float:
         poll = self.worker.opts.poll_seconds

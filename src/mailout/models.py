@@ -36,6 +36,8 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"  # transient failure, but a limit was reached
     UNKNOWN = "unknown"  # the server may or may not have accepted it (lost reply, lost lease)
     PAUSED = "paused"  # configuration error; the message went back uncharged
+    CANCELLED = "cancelled"  # a send-time guard withdrew it (stale, not allowed...)
+    HELD = "held"  # left pending unsent: this worker cannot judge it (unknown schema)
 
 
 class OnUnknown(enum.StrEnum):
@@ -79,3 +81,6 @@ class ClaimedMessage:
     lease_token: str
     claimed_at: datetime  # database clock at claim time
     reclaimed: bool  # the previous lease ran out: an earlier attempt's outcome is unknown
+    event_ref: str | None = None  # the business event, for send-time staleness checks
+    event_version: str | None = None
+    schema_version: int | None = None  # the payload schema the enqueuing code wrote

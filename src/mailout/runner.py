@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from mailout import attempt, db
 from mailout.alerts import AlertCallback, Alerts
 from mailout.config import Settings
+from mailout.guards import Guards, known_schemas, load_registry, parse_domains
 from mailout.observe import Observer
 from mailout.render import Renderer
 from mailout.smtp import SmtpTransport
@@ -47,6 +48,7 @@ def build_worker(
     renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
                         idempotency_header=settings.idempotency_header)
     lanes = settings.lane_list(queues)
+    guards = _guards(settings)
 
     def transport(concurrency: int) -> Transport:
         if transport_factory is not None:
@@ -60,6 +62,7 @@ def build_worker(
             transport=transport(lane.concurrency), rng=make_rng(),
             on_unknown=settings.on_unknown,
             queue_policies={q: p.retry for q, p in policies.items()},
+            guards=guards, engine=engine,
         ))
         for lane in lanes
     ]
@@ -76,6 +79,23 @@ def build_worker(
     rates = {q: p.rate_per_second for q, p in policies.items() if p.rate_per_second}
     return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook),
                   rates, observer)
+
+
+def _guards(settings: Settings) -> Guards:
+    guards = Guards(
+        checks=load_registry(settings.checks, "MAILOUT_CHECKS"),
+        resolvers=load_registry(settings.resolvers, "MAILOUT_RESOLVERS"),
+        redirect_to=settings.redirect_to,
+        allow_domains=parse_domains(settings.allow_domains),
+        schemas=known_schemas(settings.templates_dir),
+    )
+    if guards.redirect_to:
+        log.warning("*** MAILOUT_REDIRECT_TO is set: EVERY message goes to %s instead of "
+                    "its recipient ***", guards.redirect_to)
+    if guards.allow_domains is not None:
+        log.warning("*** MAILOUT_ALLOW_DOMAINS is set: messages to other domains than %s "
+                    "are cancelled ***", ", ".join(sorted(guards.allow_domains)))
+    return guards
 
 
 def run_worker(

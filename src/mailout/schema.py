@@ -89,6 +89,10 @@ messages = Table(
     Column("last_attempt_at", Timestamp),
     Column("sent_at", Timestamp),
     Column("finished_at", Timestamp),
+    # The business event this message announces, for send-time staleness checks.
+    Column("event_ref", String(255)),
+    Column("event_version", String(64)),
+    Column("redirected_to", String(320)),  # set when MAILOUT_REDIRECT_TO delivered it
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     Index("ux_mailout_messages_key", "idempotency_key", unique=True),
@@ -147,6 +151,17 @@ attempts = Table(
     Column("started_at", Timestamp, nullable=False),
     Column("finished_at", Timestamp, nullable=False),
     Index("ix_mailout_attempts_outbox_id", "outbox_id"),
+)
+
+# Operator switches: a paused queue or template stays pending on every worker.
+pauses = Table(
+    "mailout_pauses",
+    metadata,
+    Column("kind", String(16), primary_key=True),  # "queue" or "template"
+    Column("name", String(200), primary_key=True),
+    Column("reason", String(200)),
+    Column("created_at", Timestamp, nullable=False),
+    CheckConstraint("kind IN ('queue', 'template')", name="kind"),
 )
 
 REPLY_TEXT_MAX = 1000

@@ -20,6 +20,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    delete,
     func,
     insert,
     or_,
@@ -36,6 +37,7 @@ from mailout.schema import (
     db_now,
     db_now_plus,
     messages,
+    pauses,
 )
 
 # The columns that make two messages "the same" for idempotency.
@@ -83,7 +85,8 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict
     return created
 
 
-_LITERAL_COLUMNS = (*CONTENT_COLUMNS, "idempotency_key", "priority", "message_id")
+_LITERAL_COLUMNS = (*CONTENT_COLUMNS, "idempotency_key", "priority", "message_id",
+                    "event_ref", "event_version", "schema_version")
 # Times come from the database clock unless the caller scheduled the message.
 _INSERT_VALUES: dict[str, Any] = {
     **{c: bindparam(c, type_=messages.c[c].type) for c in _LITERAL_COLUMNS},
@@ -134,7 +137,8 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-def _due(queues: Sequence[str] | None, exclude: Sequence[str] = ()) -> Any:
+def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
+         exclude_templates: Sequence[str] = ()) -> Any:
     due = or_(
         and_(messages.c.status == Status.PENDING.value, messages.c.next_attempt_at <= db_now()),
         and_(messages.c.status == Status.SENDING.value, messages.c.lease_expires_at <= db_now()),
@@ -143,6 +147,9 @@ def _due(queues: Sequence[str] | None, exclude: Sequence[str] = ()) -> Any:
         due = and_(messages.c.queue.in_(list(queues)), due)
     if exclude:
         due = and_(messages.c.queue.not_in(list(exclude)), due)
+    if exclude_templates:
+        tpl = messages.c.template
+        due = and_(or_(tpl.is_(None), tpl.not_in(list(exclude_templates))), due)
     return due
 
 
@@ -154,6 +161,7 @@ def claim(
     lease_seconds: float,
     queues: Sequence[str] | None = None,
     exclude_queues: Sequence[str] = (),
+    exclude_templates: Sequence[str] = (),
 ) -> list[ClaimedMessage]:
     """Lease up to ``limit`` due messages to ``owner``, highest priority first.
 
@@ -171,7 +179,7 @@ def claim(
             messages.c.lease_owner.label("prev_owner"),
             messages.c.last_attempt_at.label("prev_started"),
         )
-        .where(_due(queues, exclude_queues))
+        .where(_due(queues, exclude_queues, exclude_templates))
         .order_by(messages.c.priority.desc(), messages.c.next_attempt_at, messages.c.id)
         .limit(limit)
     )
@@ -234,6 +242,9 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         lease_token=m["lease_token"],
         claimed_at=_aware(m["last_attempt_at"]) or datetime.now(UTC),
         reclaimed=m["prev_status"] == Status.SENDING.value,
+        event_ref=m["event_ref"],
+        event_version=m["event_version"],
+        schema_version=m["schema_version"],
     )
 
 
@@ -278,6 +289,7 @@ class Completion:
     detail: str | None = None
     provider_message_id: str | None = None
     logged: bool = True  # False when no attempt was made (a row parked at claim)
+    redirected_to: str | None = None  # MAILOUT_REDIRECT_TO delivered it there instead
 
 
 def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
@@ -322,6 +334,8 @@ def _completion_values(c: Completion) -> dict[str, Any]:
         vals["last_reply_text"] = _truncate(c.reply_text)
     if c.provider_message_id is not None:
         vals["provider_message_id"] = c.provider_message_id
+    if c.redirected_to is not None:
+        vals["redirected_to"] = c.redirected_to
     if c.status is Status.SENT:
         vals["sent_at"] = db_now()
     if c.status.is_final:
@@ -418,3 +432,25 @@ def notify(conn: Connection, queues: Iterable[str]) -> None:
     if conn.dialect.name != "postgresql" or not names:
         return
     conn.execute(select(*(func.pg_notify(NOTIFY_CHANNEL, q) for q in names)))
+
+
+def set_pause(conn: Connection, kind: str, name: str, reason: str | None = None) -> bool:
+    """Pause a queue or template for every worker. False if it was already paused."""
+    exists = conn.execute(select(pauses.c.name).where(
+        pauses.c.kind == kind, pauses.c.name == name)).first()
+    if exists:
+        return False
+    conn.execute(insert(pauses).values(kind=kind, name=name, reason=reason,
+                                       created_at=db_now()))
+    return True
+
+
+def clear_pause(conn: Connection, kind: str, name: str) -> bool:
+    """Resume a paused queue or template. False if it was not paused."""
+    gone = conn.execute(delete(pauses).where(pauses.c.kind == kind, pauses.c.name == name))
+    return bool(gone.rowcount)
+
+
+def list_pauses(conn: Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(select(pauses).order_by(pauses.c.kind, pauses.c.name))
+    return [dict(r._mapping) for r in rows]

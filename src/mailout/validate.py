@@ -54,6 +54,14 @@ def text(field: str, value: object, *, header: bool = False, allow_empty: bool =
     return value
 
 
+def bounded(field: str, value: object, limit: int) -> str:
+    """A one-line string of at most ``limit`` characters."""
+    raw = text(field, value, header=True, allow_empty=False)
+    if len(raw) > limit:
+        raise InvalidMessage(field, f"is {len(raw)} characters long, the limit is {limit}")
+    return raw
+
+
 def address(field: str, value: object) -> str:
     """A bare e-mail address, checked for syntax (no DNS) and normalised."""
     raw = text(field, value, header=True, allow_empty=False)

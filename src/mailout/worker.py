@@ -15,11 +15,13 @@ import os
 import random
 import signal
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import attempt, store, wakeup
@@ -49,6 +51,34 @@ class Options:
     listen: bool = True  # LISTEN for NOTIFY on PostgreSQL; off for PgBouncer (poll only)
 
 
+@dataclass(frozen=True, slots=True)
+class Paused:
+    queues: tuple[str, ...] = ()
+    templates: tuple[str, ...] = ()
+
+
+class PauseCache:
+    """Operator pauses (``mailout pause``), re-read from the database every few seconds."""
+
+    TTL = 2.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = float("-inf")
+        self._value = Paused()
+
+    def current(self, conn: Connection) -> Paused:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.TTL:
+                rows = store.list_pauses(conn)
+                self._value = Paused(
+                    tuple(r["name"] for r in rows if r["kind"] == "queue"),
+                    tuple(r["name"] for r in rows if r["kind"] == "template"),
+                )
+                self._read_at = time.monotonic()
+            return self._value
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -74,8 +104,10 @@ class Worker:
         buckets = {q: TokenBucket(rate) for q, rate in (rates or {}).items()}
         self.lanes = [LaneRunner(self, lane, ctx, buckets) for lane, ctx in lanes]
         self.name = lanes[0][1].worker if lanes else worker_name()
+        self.pauses = PauseCache()
         self.stopping = False
         self.sent = 0
+        self._held_alerted: set[str] = set()
 
     def stop(self) -> None:
         """Stop claiming; in-flight sends finish (up to the grace period)."""
@@ -136,10 +168,21 @@ class Worker:
                                         "worker": self.name}))
             log.error("transport paused for %.0fs: %s (code %s)", seconds, c.reason,
                       c.reply_code)
-        elif self.gate.paused and self.gate.resume():
+        elif c.outcome is Outcome.HELD:
+            self._held(c)
+        elif c.stage is not None and self.gate.paused and self.gate.resume():
+            # Only an answer from the transport (a stage was reached) proves it works.
             self.observer.paused(None)
             self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))
             log.warning("transport resumed")
+
+    def _held(self, c: Completion) -> None:
+        if c.detail in self._held_alerted:
+            return
+        self._held_alerted.add(c.detail or "")
+        log.error("message %s left pending: %s", c.id, c.detail)
+        self.alerts.fire(Alert("held", f"messages left pending: {c.detail}",
+                               {"id": c.id, "reason": c.reason, "worker": self.name}))
 
     def _written(self, batch: list[Completion], fenced: set[int]) -> None:
         for lane in self.lanes:

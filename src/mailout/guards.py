@@ -1,0 +1,155 @@
+"""Send-time guards: the last look before a message leaves.
+
+Just before sending, a worker asks, in this order:
+
+1. Does it understand the message? A payload ``schema_version`` newer than the
+   worker's template (``meta.toml``: ``schema = 2``) leaves it pending: during a
+   rolling deploy, old workers never send a half-understood message.
+2. Is the business event still true? A check registered for the template
+   (``MAILOUT_CHECKS=myapp.mail:checks``, a mapping of template name to
+   ``check(message, connection) -> bool``) that answers False cancels it
+   (reason ``stale``). A check that raises is a transient failure, never a send.
+3. Who gets it? Recipient policy per template: ``snapshot`` (the address stored at
+   enqueue, the default) or ``resolve``: a resolver registered in
+   ``MAILOUT_RESOLVERS`` returns the current verified address, or None, which
+   cancels it (reason ``no_recipient``).
+4. May it go there? ``MAILOUT_ALLOW_DOMAINS`` cancels other domains (reason
+   ``not_allowed``); ``MAILOUT_REDIRECT_TO`` delivers everything to one address
+   instead, keeping the original in ``X-Original-To``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from mailout import validate
+from mailout.exceptions import ConfigError, InvalidMessage
+from mailout.models import ClaimedMessage
+
+Check = Callable[[ClaimedMessage, Connection], bool]
+Resolver = Callable[[ClaimedMessage, Connection], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Proceed:
+    message: ClaimedMessage  # possibly with another recipient and X-Original-To
+    redirected_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    reason: str  # stale, no_recipient, not_allowed
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    detail: str  # a check or resolver raised
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    detail: str  # a schema version this worker does not know
+
+
+Verdict = Proceed | Cancel | Retry | Hold
+
+
+@dataclass(frozen=True)
+class Guards:
+    checks: Mapping[str, Check] = field(default_factory=dict)
+    resolvers: Mapping[str, Resolver] = field(default_factory=dict)
+    redirect_to: str | None = None
+    allow_domains: frozenset[str] | None = None
+    schemas: Mapping[str, int] = field(default_factory=dict)  # template -> known version
+
+    @property
+    def needs_database(self) -> bool:
+        return bool(self.checks or self.resolvers)
+
+    def verdict(self, msg: ClaimedMessage, engine: Engine | None) -> Verdict:
+        """Decide about ``msg``. Runs registered callables on a connection of ``engine``."""
+        known = self.schemas.get(msg.template or "", 1)
+        if msg.schema_version is not None and msg.schema_version > known:
+            return Hold(f"payload schema {msg.schema_version} is newer than this worker's "
+                        f"{known} for template {msg.template!r}")
+        check = self.checks.get(msg.template or "")
+        resolver = self.resolvers.get(msg.template or "")
+        recipient = msg.recipient
+        if (check or resolver) and engine is not None:
+            with engine.connect() as conn:
+                try:
+                    if check is not None and not check(msg, conn):
+                        return Cancel("stale", f"event {msg.event_ref!r} version "
+                                      f"{msg.event_version!r} is no longer current")
+                    if resolver is not None:
+                        resolved = resolver(msg, conn)
+                        if resolved is None:
+                            return Cancel("no_recipient", "the resolver found no address")
+                        recipient = validate.address("recipient", resolved)
+                except InvalidMessage as exc:
+                    return Cancel("no_recipient", f"the resolver gave a bad address: {exc}")
+                except Exception as exc:  # a bug or outage in app code: retry, never send
+                    return Retry(f"{type(exc).__name__} in a send-time check: {exc}"[:200])
+        return self._destination(replace(msg, recipient=recipient))
+
+    def _destination(self, msg: ClaimedMessage) -> Verdict:
+        domain = msg.recipient.rpartition("@")[2].lower()
+        if self.allow_domains is not None and domain not in self.allow_domains:
+            return Cancel("not_allowed", f"domain {domain} is not in MAILOUT_ALLOW_DOMAINS")
+        if self.redirect_to is None:
+            return Proceed(msg)
+        headers = {**(msg.headers or {}), "X-Original-To": msg.recipient}
+        return Proceed(replace(msg, recipient=self.redirect_to, headers=headers),
+                       redirected_to=self.redirect_to)
+
+
+def load_registry(spec: str | None, setting: str) -> dict[str, Callable[..., Any]]:
+    """Import ``module:attribute``, a mapping of template names to callables."""
+    if not spec:
+        return {}
+    module_name, _, attr = spec.partition(":")
+    try:
+        registry = getattr(importlib.import_module(module_name), attr or "checks")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(setting, f"cannot load {spec!r}: {exc}") from None
+    if not isinstance(registry, Mapping) or not all(callable(v) for v in registry.values()):
+        raise ConfigError(setting, f"{spec!r} must be a mapping of template names to callables")
+    return dict(registry)
+
+
+def template_schema(templates_dir: Path, template: str) -> int | None:
+    """The ``schema`` declared in ``<template>/meta.toml``, or None."""
+    meta = templates_dir / template / "meta.toml"
+    if not meta.is_file():
+        return None
+    try:
+        value = tomllib.loads(meta.read_text(encoding="utf-8")).get("schema")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def known_schemas(templates_dir: Path) -> dict[str, int]:
+    """Every template's declared schema version, read once at worker start."""
+    if not templates_dir.is_dir():
+        return {}
+    found = {}
+    for folder in templates_dir.iterdir():
+        version = template_schema(templates_dir, folder.name)
+        if version is not None:
+            found[folder.name] = version
+    return found
+
+
+def parse_domains(raw: str | None) -> frozenset[str] | None:
+    if not raw:
+        return None
+    return frozenset(d.strip().lower() for d in raw.split(",") if d.strip())
