@@ -21,7 +21,7 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout import db, display, queries
+from mailout import cli_ops, db, display, queries
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.models import Status
 
@@ -123,10 +123,15 @@ def db_sql(dialect: str) -> None:
 @click.option("--queues", help="Comma-separated queues to serve (default: all).")
 @click.option("--concurrency", type=click.IntRange(min=1),
               help="Concurrent sends [env: MAILOUT_CONCURRENCY].")
+@click.option("--lanes", help="Lanes, e.g. critical:4,default:8,bulk:2 [env: MAILOUT_LANES].")
+@click.option("--poll-only", is_flag=True,
+              help="No LISTEN/NOTIFY, poll only (PgBouncer in transaction mode).")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes to run on this machine.")
 @click.option("--until-idle", is_flag=True, help="Exit once no message is due.")
 @click.pass_obj
 def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
-               until_idle: bool) -> None:
+               lanes: str | None, poll_only: bool, processes: int, until_idle: bool) -> None:
     """Send due messages.
 
     Runs until SIGTERM/SIGINT, which stop claiming and let in-flight sends finish.
@@ -135,8 +140,20 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
     from mailout import config
     from mailout.runner import run_worker
 
+    if lanes and queues:
+        raise click.UsageError("give --lanes or --queues, not both")
+    settings = config.load(database_url=obj["db_url"], concurrency=concurrency, lanes=lanes,
+                           listen=False if poll_only else None)
+    if processes > 1:
+        from mailout.supervisor import supervise
+
+        args = [*(["--db", obj["db_url"]] if obj["db_url"] else []), "worker"]
+        args += [f"--queues={queues}"] if queues else []
+        args += [f"--concurrency={concurrency}"] if concurrency else []
+        args += [f"--lanes={lanes}"] if lanes else []
+        args += ["--poll-only"] * poll_only + ["--until-idle"] * until_idle
+        raise click.exceptions.Exit(supervise(processes, args, until_idle=until_idle))
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
-    settings = config.load(database_url=obj["db_url"], concurrency=concurrency)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     worker = run_worker(settings, queues=names, until_idle=until_idle)
     if until_idle:
@@ -199,12 +216,22 @@ def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
     oldest due message and how late it is; the retrying, dead and unknown-outcome
     numbers; the time of the last send.
     """
+    from mailout import store
+
     with _engine(obj).connect() as conn:
         report = queries.status(conn)
+        paused = store.list_pauses(conn)
     if as_json:
-        click.echo(display.to_json(report))
+        doc = display.jsonable(report)
+        doc["paused"] = display.jsonable(paused)
+        click.echo(json.dumps(doc, indent=2))
         return
-    display.print_status(display.console(), report)
+    out = display.console()
+    display.print_status(out, report)
+    for p in paused:
+        why = f": {p['reason']}" if p["reason"] else ""
+        out.print(f"[bold yellow]paused[/] {p['kind']} {p['name']}{why} "
+                  f"(since {display.when(p['created_at'])})")
 
 
 @cli.command("list")
@@ -436,6 +463,10 @@ def demo_cmd(directory: Path) -> None:
     from mailout import demo
 
     demo.run(directory, display.console())
+
+
+for _command in cli_ops.COMMANDS:
+    cli.add_command(_command)
 
 
 def _db_error(exc: DBAPIError) -> str:

@@ -136,7 +136,8 @@ class LaneRunner:
 
     def _due_in(self) -> float | None:
         with self.worker.engine.connect() as conn:
-            return store.next_due_in(conn, self.lane.queues)
+            paused = self.worker.pauses.current(conn)
+            return store.next_due_in(conn, self.lane.queues, paused.queues, paused.templates)
 
     def _start(self, msg: ClaimedMessage) -> None:
         if msg.reclaimed:

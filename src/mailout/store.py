@@ -8,6 +8,7 @@ Operator queries (status, list, trace, requeue, purge) live in :mod:`mailout.que
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -70,9 +72,15 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict
     params = [_insert_params(r) for r in first.values()]
     created: dict[str, Stored] = {}
     if params:
-        stmt = _insert_statement(conn.dialect.name)
-        # One row goes as a plain execute: the executemany path costs more than it saves.
-        for rid, key, mid in conn.execute(stmt, params[0] if len(params) == 1 else params):
+        if conn.dialect.name == "postgresql":
+            # One statement whatever the batch size: SQLAlchemy's multi-VALUES batches
+            # make psycopg parse a new query text of thousands of placeholders each time.
+            result = conn.execute(_INSERT_PG, _insert_arrays(params))
+        else:
+            stmt = _insert_statement(conn.dialect.name)
+            # One row goes as a plain execute: executemany costs more than it saves.
+            result = conn.execute(stmt, params[0] if len(params) == 1 else params)
+        for rid, key, mid in result:
             created[key] = Stored(rid, mid, True, first[key])
     missing = [k for k in first if k not in created]
     if missing:
@@ -109,6 +117,41 @@ def _insert_params(row: Mapping[str, Any]) -> dict[str, Any]:
         None if send_at is None else send_at + timedelta(seconds=row["expires_in"])
     )
     return params
+
+
+_ARRAY_TYPES = {  # the unnest() columns of _INSERT_PG and their element types
+    **dict.fromkeys(_LITERAL_COLUMNS, "text"),
+    "params": "jsonb", "headers": "jsonb", "priority": "smallint", "schema_version": "int",
+    "send_at": "timestamptz", "expires_at": "timestamptz", "expires_in": "float8",
+}
+_JSON_COLUMNS = ("params", "headers")
+# clock_timestamp() is schema.db_now() on PostgreSQL; WITH ORDINALITY keeps the ids
+# in input order, as the executemany it replaces did. The JSON columns travel as
+# text (a jsonb[] parameter would need every element adapted) and are cast per row.
+_INSERT_COLUMNS = ", ".join(_LITERAL_COLUMNS)
+_INSERT_SELECT = ", ".join(
+    f"CAST(v.{c} AS jsonb)" if c in _JSON_COLUMNS else f"v.{c}" for c in _LITERAL_COLUMNS
+)
+_INSERT_ARRAYS = ", ".join(
+    f"CAST(:{c} AS {'text' if c in _JSON_COLUMNS else t}[])" for c, t in _ARRAY_TYPES.items()
+)
+_INSERT_PG = text(f"""
+INSERT INTO {messages.name} ({_INSERT_COLUMNS}, status, created_at, next_attempt_at, expires_at)
+SELECT {_INSERT_SELECT}, '{Status.PENDING.value}', clock_timestamp(),
+    COALESCE(v.send_at, clock_timestamp()),
+    COALESCE(v.expires_at, clock_timestamp() + make_interval(secs => v.expires_in))
+FROM unnest({_INSERT_ARRAYS}) WITH ORDINALITY AS v({", ".join(_ARRAY_TYPES)}, ord)
+ORDER BY v.ord
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, idempotency_key, message_id
+""")  # noqa: S608 - only this module's constants are interpolated; values are bound
+
+
+def _insert_arrays(params: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    arrays: dict[str, list[Any]] = {c: [p[c] for p in params] for c in _ARRAY_TYPES}
+    for c in _JSON_COLUMNS:  # none_as_null, as the column type: None is SQL NULL
+        arrays[c] = [None if v is None else json.dumps(v) for v in arrays[c]]
+    return arrays
 
 
 @functools.cache
@@ -298,10 +341,24 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     Each update checks the lease token, so a worker whose lease expired (and whose
     row another worker has since claimed) cannot overwrite the newer attempt. Its
     attempt is still logged, because it happened; only the row is left alone.
+    On PostgreSQL the whole batch is one statement (one round trip).
     """
+    batch = list(completions)
+    ids = [c.id for c in batch]
+    if not batch:
+        return []
+    if conn.dialect.name == "postgresql" and len(set(ids)) == len(ids):
+        done = set(conn.execute(_COMPLETE_PG, _batch_params(batch)).scalars())
+        return [i for i in ids if i not in done]
+    return _complete_each(conn, batch)
+
+
+def _complete_each(conn: Connection, batch: Sequence[Completion]) -> list[int]:
+    """One UPDATE per row: SQLite (in-process, so a statement costs microseconds, not
+    a round trip), and a batch naming a row twice, where the order matters."""
     fenced: list[int] = []
     log: list[dict[str, Any]] = []
-    for c in completions:
+    for c in batch:
         stmt = (
             update(messages)
             .where(
@@ -319,6 +376,88 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     if log:
         conn.execute(insert(attempts).values(finished_at=db_now()), log)
     return fenced
+
+
+_LEASE_LOST = "lease lost before completion; row left to its new owner"
+
+# The batch arrives as one array per column, so the text (and its server-side
+# prepared plan) is the same for every batch size. The UPDATE is fenced by the
+# lease token exactly like the per-row one; the attempt log joins on its RETURNING
+# to tell fenced rows. clock_timestamp() is schema.db_now() on PostgreSQL.
+_COMPLETE_PG = text(f"""
+WITH v AS (
+    SELECT * FROM unnest(
+        CAST(:id AS bigint[]), CAST(:token AS text[]), CAST(:status AS text[]),
+        CAST(:reason AS text[]), CAST(:reply_code AS smallint[]),
+        CAST(:reply_text AS text[]), CAST(:provider_id AS text[]),
+        CAST(:redirected_to AS text[]), CAST(:delay AS float8[]), CAST(:uncharge AS int[]),
+        CAST(:unknown AS int[]), CAST(:sent AS bool[]), CAST(:final AS bool[]),
+        CAST(:logged AS bool[]), CAST(:attempt AS int[]), CAST(:outcome AS text[]),
+        CAST(:stage AS text[]), CAST(:enhanced AS text[]), CAST(:detail AS text[]),
+        CAST(:recipient AS text[]), CAST(:worker AS text[]),
+        CAST(:started_at AS timestamptz[])
+    ) AS v(id, token, status, reason, reply_code, reply_text, provider_id, redirected_to,
+           delay, uncharge, unknown, sent, final, logged, attempt, outcome, stage,
+           enhanced, detail, recipient, worker, started_at)
+), done AS (
+    UPDATE {messages.name} AS m SET
+        status = v.status,
+        reason = v.reason,
+        lease_owner = NULL,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        last_reply_code = CASE WHEN v.reply_code IS NULL THEN m.last_reply_code
+                               ELSE v.reply_code END,
+        last_reply_text = CASE WHEN v.reply_code IS NULL THEN m.last_reply_text
+                               ELSE v.reply_text END,
+        provider_message_id = COALESCE(v.provider_id, m.provider_message_id),
+        redirected_to = COALESCE(v.redirected_to, m.redirected_to),
+        sent_at = CASE WHEN v.sent THEN clock_timestamp() ELSE m.sent_at END,
+        finished_at = CASE WHEN v.final THEN clock_timestamp() ELSE m.finished_at END,
+        next_attempt_at = CASE WHEN v.delay IS NULL THEN m.next_attempt_at
+                               ELSE clock_timestamp() + make_interval(secs => v.delay) END,
+        attempts = m.attempts - v.uncharge,
+        unknown_attempts = m.unknown_attempts + v.unknown
+    FROM v
+    WHERE m.id = v.id AND m.lease_token = v.token AND m.status = '{Status.SENDING.value}'
+    RETURNING m.id
+), logged AS (
+    INSERT INTO {attempts.name} (outbox_id, attempt, outcome, stage, reply_code,
+        enhanced_code, reply_text, detail, recipient, worker, started_at, finished_at)
+    SELECT v.id, v.attempt, v.outcome, v.stage, v.reply_code, v.enhanced, v.reply_text,
+           CASE WHEN done.id IS NULL THEN '{_LEASE_LOST}' ELSE v.detail END,
+           v.recipient, v.worker, v.started_at, clock_timestamp()
+    FROM v LEFT JOIN done ON done.id = v.id
+    WHERE v.logged
+)
+SELECT id FROM done
+""")  # noqa: S608 - only this module's constants are interpolated; values are bound
+
+
+def _batch_params(batch: Sequence[Completion]) -> dict[str, list[Any]]:
+    """Column arrays for :data:`_COMPLETE_PG`, with the per-row rules of
+    :func:`_completion_values` and :func:`_attempt_row`."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "id", "token", "status", "reason", "reply_code", "reply_text", "provider_id",
+        "redirected_to", "delay", "uncharge", "unknown", "sent", "final", "logged",
+        "attempt", "outcome", "stage", "enhanced", "detail", "recipient", "worker",
+        "started_at")}
+    for c in batch:
+        for key, value in (
+            ("id", c.id), ("token", c.lease_token), ("status", c.status.value),
+            ("reason", c.reason), ("reply_code", c.reply_code),
+            ("reply_text", _truncate(c.reply_text)), ("provider_id", c.provider_message_id),
+            ("redirected_to", c.redirected_to), ("delay", c.delay_seconds),
+            ("uncharge", int(c.uncharge)),
+            ("unknown", int(c.outcome is Outcome.UNKNOWN and c.logged)),
+            ("sent", c.status is Status.SENT), ("final", c.status.is_final),
+            ("logged", c.logged), ("attempt", c.attempt), ("outcome", c.outcome.value),
+            ("stage", c.stage), ("enhanced", c.enhanced_code),
+            ("detail", None if c.detail is None else c.detail[:200]),
+            ("recipient", c.recipient), ("worker", c.worker), ("started_at", c.started_at),
+        ):
+            cols[key].append(value)
+    return cols
 
 
 def _completion_values(c: Completion) -> dict[str, Any]:
@@ -350,9 +489,7 @@ def _completion_values(c: Completion) -> dict[str, Any]:
 
 
 def _attempt_row(c: Completion, *, fenced: bool) -> dict[str, Any]:
-    detail = c.detail
-    if fenced:
-        detail = "lease lost before completion; row left to its new owner"
+    detail = _LEASE_LOST if fenced else c.detail
     return {
         "outbox_id": c.id,
         "attempt": c.attempt,
@@ -405,13 +542,24 @@ def extend_leases(conn: Connection, leases: Iterable[tuple[int, str]], seconds: 
     return conn.execute(stmt).rowcount
 
 
-def next_due_in(conn: Connection, queues: Sequence[str] | None = None) -> float | None:
-    """Seconds until the next message becomes due, 0 if one is due now, None if none waits."""
+def next_due_in(conn: Connection, queues: Sequence[str] | None = None,
+                exclude_queues: Sequence[str] = (),
+                exclude_templates: Sequence[str] = ()) -> float | None:
+    """Seconds until the next message becomes due, 0 if one is due now, None if none waits.
+
+    Messages in excluded (paused) queues or templates do not count: they wait for
+    an operator, not for time.
+    """
     soonest = func.min(
         func.coalesce(messages.c.lease_expires_at, messages.c.next_attempt_at)
     )
     live = messages.c.status.in_([Status.PENDING.value, Status.SENDING.value])
     cond = live if not queues else and_(live, messages.c.queue.in_(list(queues)))
+    if exclude_queues:
+        cond = and_(cond, messages.c.queue.not_in(list(exclude_queues)))
+    if exclude_templates:
+        tpl = messages.c.template
+        cond = and_(cond, or_(tpl.is_(None), tpl.not_in(list(exclude_templates))))
     row = conn.execute(select(soonest, db_now()).where(cond)).one()
     at, now = _aware(row[0]), _aware(row[1])
     if at is None or now is None:

@@ -1,0 +1,114 @@
+"""Rollout and review commands as a user runs them: pause, resume, resolve, report,
+and the worker's --processes and --lanes options."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import select, update
+
+from mailout import db
+from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.schema import messages
+from tests.acceptance.test_cli import mailout, mailout_json
+from tests.support.smtpserver import SmtpTestServer
+from tests.support.workers import worker_env
+
+SETTINGS = EnqueueSettings(message_id_domain="cli.example.com")
+
+
+def _db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def test_pause_shows_in_status_and_holds_mail_until_resume(
+    tmp_path: Path, smtp_server: SmtpTestServer
+) -> None:
+    url = _db(tmp_path)
+    env = worker_env(url, smtp_server)
+    mailout("pause", "--queue", "bulk", "--reason", "provider throttling", env=env)
+    status = mailout_json("status", env=env)
+    assert status["paused"][0]["name"] == "bulk"
+    assert status["paused"][0]["reason"] == "provider throttling"
+    assert "paused" in mailout("status", env=env).stdout
+    mailout("enqueue", "--to", "a@example.com", "--subject", "News", "--text", "x",
+            "--queue", "bulk", env=env)
+    mailout("worker", "--until-idle", env=env)
+    assert smtp_server.messages == []
+    assert mailout_json("status", env=env)["totals"]["pending"] == 1
+    assert "resumed" in mailout("resume", "--queue", "bulk", env=env).stdout
+    mailout("worker", "--until-idle", env=env)
+    assert len(smtp_server.messages) == 1
+    bad = mailout("pause", "--queue", "a", "--template", "b", env=env, expect=2)
+    assert "exactly one" in bad.stderr
+
+
+def test_resolve_settles_unknown_rows(tmp_path: Path, smtp_server: SmtpTestServer) -> None:
+    url = _db(tmp_path)
+    env = worker_env(url, smtp_server, MAILOUT_ON_UNKNOWN="hold")
+    engine = db.make_engine(url)
+    with engine.begin() as conn:
+        lost = enqueue(conn, to="drop-after-dot@example.com", subject="Hi", text="x",
+                       settings=SETTINGS).id
+        other = enqueue(conn, to="drop-after-dot+2@example.com", subject="Hi", text="x",
+                        settings=SETTINGS).id
+    mailout("worker", "--until-idle", env=env)
+    assert mailout_json("status", env=env)["totals"]["unknown"] == 2
+    out = mailout("resolve", str(lost), "--sent", "--provider-id", "PROV-1", env=env).stdout
+    assert f"marked sent 1: {lost}" in out
+    assert mailout_json("trace", "PROV-1", env=env)["id"] == lost
+    mailout("resolve", str(other), "--retry", env=env)
+    with engine.connect() as conn:
+        assert conn.execute(select(messages.c.status).where(messages.c.id == other)
+                            ).scalar_one() == "pending"
+    skipped = mailout("resolve", str(lost), "--retry", env=env).stdout
+    assert "skipped 1" in skipped
+    mailout("resolve", str(lost), env=env, expect=2)
+    engine.dispose()
+
+
+def test_report_counts_match_the_rows(tmp_path: Path, smtp_server: SmtpTestServer) -> None:
+    url = _db(tmp_path)
+    env = worker_env(url, smtp_server)
+    engine = db.make_engine(url)
+    with engine.begin() as conn:
+        for i in range(3):
+            enqueue(conn, to=f"u{i}@example.com", subject="Hi", text="x", settings=SETTINGS)
+        enqueue(conn, to="rcpt-550@example.com", subject="Hi", text="x", settings=SETTINGS)
+        gone = enqueue(conn, to="later@example.com", subject="Hi", text="x", queue="bulk",
+                       settings=SETTINGS).id
+    mailout("cancel", str(gone), env=env)
+    mailout("worker", "--until-idle", env=env)
+    rows = {(r["template"], r["queue"]): r for r in mailout_json("report", "--since", "1h",
+                                                                 env=env)}
+    default = rows[("(pre-rendered)", "default")]
+    assert (default["enqueued"], default["sent"], default["failed"]) == (4, 3, 1)
+    assert default["median_seconds_to_send"] is not None
+    assert rows[("(pre-rendered)", "bulk")]["cancelled"] == {"operator": 1}
+    assert "enqueued" in mailout("report", env=env).stdout
+    with engine.begin() as conn:  # older than the window: not counted
+        conn.execute(update(messages).values(created_at=datetime(2020, 1, 1, tzinfo=UTC)))
+    assert mailout_json("report", "--since", "1h", env=env) == []
+    engine.dispose()
+
+
+def test_worker_processes_and_lanes(tmp_path: Path, smtp_server: SmtpTestServer) -> None:
+    url = _db(tmp_path)
+    env = worker_env(url, smtp_server)
+    engine = db.make_engine(url)
+    with engine.begin() as conn:
+        for i in range(20):
+            enqueue(conn, to=f"u{i}@example.com", subject="Hi", text="x",
+                    queue="critical" if i % 2 else "bulk", settings=SETTINGS)
+    engine.dispose()
+    mailout("worker", "--processes", "2", "--lanes", "critical:2,bulk:2", "--until-idle",
+            env=env)
+    assert len({m.message_id for m in smtp_server.messages}) == 20
+    bad = mailout("worker", "--lanes", "critical", env=env, expect=1)
+    assert "MAILOUT_LANES" in bad.stderr
+    assert "concurrency" in bad.stderr
