@@ -1,29 +1,45 @@
 """mailout: reliable transactional e-mail from a database outbox.
 
 The application API is :func:`enqueue` (and its bulk and async twins); the worker,
-CLI and operator tools live in their own modules.
+CLI and operator tools live in their own modules. Names are imported on first use,
+so that ``mailout`` commands do not pay for the enqueue path's imports.
 """
 
-from mailout.enqueue import (
-    EnqueueSettings,
-    Message,
-    enqueue,
-    enqueue_async,
-    enqueue_many,
-    enqueue_many_async,
-)
-from mailout.exceptions import (
-    ConfigError,
-    IdempotencyConflict,
-    InvalidMessage,
-    MailoutError,
-    NotFound,
-    RenderError,
-    SchemaMissing,
-)
-from mailout.models import EnqueueResult, Outcome, Status
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mailout.enqueue import (
+        EnqueueSettings,
+        Message,
+        enqueue,
+        enqueue_async,
+        enqueue_many,
+        enqueue_many_async,
+    )
+    from mailout.exceptions import (
+        ConfigError,
+        IdempotencyConflict,
+        InvalidMessage,
+        MailoutError,
+        NotFound,
+        RenderError,
+        SchemaMissing,
+    )
+    from mailout.models import EnqueueResult, Outcome, Status
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "mailout.enqueue": ("EnqueueSettings", "Message", "enqueue", "enqueue_async",
+                        "enqueue_many", "enqueue_many_async"),
+    "mailout.exceptions": ("ConfigError", "IdempotencyConflict", "InvalidMessage",
+                           "MailoutError", "NotFound", "RenderError", "SchemaMissing"),
+    "mailout.models": ("EnqueueResult", "Outcome", "Status"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "ConfigError",
@@ -44,3 +60,12 @@ __all__ = [
     "enqueue_many",
     "enqueue_many_async",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mailout' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
