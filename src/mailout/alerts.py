@@ -1,7 +1,10 @@
 """Alert hooks: a Python callback and an optional webhook, off the sending path.
 
-Alerts go through a queue drained by one background thread, so a slow or failing
-webhook delays only other alerts, never a send.
+Alerts go through a bounded queue drained by one background thread, so a slow or
+failing webhook delays only other alerts, never a send. Each alert is also logged
+(addresses masked), so nothing is lost when the webhook is down. The webhook gets a
+JSON POST: ``{"kind", "summary", "details", "at", "text"}`` (``text`` repeats the
+summary for chat webhooks that only show that field); see docs/observability.md.
 """
 
 from __future__ import annotations
@@ -11,23 +14,29 @@ import logging
 import queue
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
+
+from mailout.exceptions import ConfigError
+from mailout.logs import LogRecipients, redact_addresses
 
 log = logging.getLogger("mailout.alerts")
 
 WEBHOOK_TIMEOUT = 5.0
 WEBHOOK_TRIES = 3
+MAX_QUEUED = 1000  # beyond this, alerts are only logged: a storm must not grow memory
 
 
 @dataclass(frozen=True, slots=True)
 class Alert:
     """Something an operator must hear about."""
 
-    kind: str  # "dead", "paused" or "resumed"
+    kind: str  # "dead", "paused", "resumed" or "held"
     summary: str
     details: dict[str, Any] = field(default_factory=dict)  # ids and reasons, never bodies
     at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
@@ -37,57 +46,108 @@ AlertCallback = Callable[[Alert], None]
 
 
 class Alerts:
-    """Delivers alerts to ``callback`` and ``webhook_url`` in a background thread."""
+    """Delivers alerts to ``callback`` and ``webhook_url`` in a background thread.
 
-    def __init__(self, callback: AlertCallback | None = None, webhook_url: str | None = None):
+    ``stats`` counts deliveries: ``delivered``, ``failed`` (the callback raised, or
+    the webhook failed every try) and ``dropped`` (the queue was full).
+    """
+
+    def __init__(self, callback: AlertCallback | None = None, webhook_url: str | None = None,
+                 *, log_recipients: LogRecipients = LogRecipients.MASKED,
+                 max_queued: int = MAX_QUEUED, tries: int = WEBHOOK_TRIES,
+                 timeout: float = WEBHOOK_TIMEOUT) -> None:
+        if webhook_url is not None:
+            parts = urlsplit(webhook_url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigError("MAILOUT_ALERT_WEBHOOK",
+                                  "must be an http:// or https:// URL")
         self._callback = callback
         self._webhook_url = webhook_url
-        self._queue: queue.Queue[Alert | None] = queue.Queue()
+        self._log_recipients = log_recipients
+        self._tries = tries
+        self._timeout = timeout
+        self._queue: queue.Queue[Alert | None] = queue.Queue(max_queued)
         self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.stats = {"delivered": 0, "failed": 0, "dropped": 0}
 
     def fire(self, alert: Alert) -> None:
-        """Queue ``alert`` and return at once. Dead letters are also logged at ERROR."""
-        level = logging.ERROR if alert.kind in ("dead", "paused") else logging.WARNING
-        log.log(level, "alert %s: %s %s", alert.kind, alert.summary, alert.details)
+        """Log ``alert`` and queue it for delivery; return at once, never raise."""
+        level = logging.ERROR if alert.kind in ("dead", "paused", "held") else logging.WARNING
+        log.log(level, "alert %s: %s %s", alert.kind,
+                redact_addresses(alert.summary, self._log_recipients),
+                redact_addresses(str(alert.details), self._log_recipients),
+                extra={"alert_kind": alert.kind})
         if self._callback is None and self._webhook_url is None:
             return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._drain, name="mailout-alerts", daemon=True)
-            self._thread.start()
-        self._queue.put(alert)
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="mailout-alerts",
+                                                daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(alert)
+        except queue.Full:
+            self.stats["dropped"] += 1
+            if self.stats["dropped"] == 1 or self.stats["dropped"] % 100 == 0:
+                log.error("alert queue full: %d alerts dropped so far (they are logged above)",
+                          self.stats["dropped"])
 
-    def close(self, timeout: float = WEBHOOK_TIMEOUT * WEBHOOK_TRIES) -> None:
-        """Deliver what is queued, waiting at most ``timeout`` seconds."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued, waiting at most ``timeout`` seconds (default: one
+        alert's worth of webhook tries); what is left is abandoned (it was logged)."""
+        with self._start_lock:
+            thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        if timeout is None:
+            timeout = self._timeout * self._tries + self._tries
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        thread.join(timeout)
 
     def _drain(self) -> None:
         while (alert := self._queue.get()) is not None:
+            ok = True
             if self._callback is not None:
                 try:
                     self._callback(alert)
                 except Exception:
+                    ok = False
                     log.exception("alert callback failed for %s", alert.kind)
             if self._webhook_url is not None:
-                self._post(alert)
+                try:
+                    ok = self._post(alert) and ok
+                except Exception:  # a bug here must not stop the thread: later alerts wait
+                    ok = False
+                    log.exception("alert webhook crashed on a %s alert", alert.kind)
+            self.stats["delivered" if ok else "failed"] += 1
 
-    def _post(self, alert: Alert) -> None:
-        body = json.dumps(asdict(alert)).encode()
+    def _post(self, alert: Alert) -> bool:
+        payload = {**asdict(alert), "text": f"mailout {alert.kind}: {alert.summary}"}
+        body = json.dumps(payload, default=str).encode()
         assert self._webhook_url is not None
-        for attempt in range(1, WEBHOOK_TRIES + 1):
-            req = urllib.request.Request(  # noqa: S310 - the operator configures this URL
+        for attempt in range(1, self._tries + 1):
+            req = urllib.request.Request(  # noqa: S310 - scheme checked (http/https) in __init__
                 self._webhook_url,
                 data=body,
                 headers={"Content-Type": "application/json", "User-Agent": "mailout"},
                 method="POST",
             )
             try:
-                with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT) as resp:  # noqa: S310 - as above
+                with urllib.request.urlopen(req, timeout=self._timeout) as resp:  # noqa: S310 - as above
                     if resp.status < 300:
-                        return
+                        return True
+                    problem = f"HTTP {resp.status}"
+            except urllib.error.HTTPError as exc:
+                problem = f"HTTP {exc.code}"  # never the URL: it may hold a token
             except OSError as exc:
-                log.warning("alert webhook attempt %d failed: %s", attempt, exc)
-            time.sleep(0.5 * attempt)
-        log.error("alert webhook gave up on a %s alert after %d tries", alert.kind, WEBHOOK_TRIES)
+                problem = type(exc).__name__ if isinstance(exc, TimeoutError) else str(
+                    getattr(exc, "reason", exc))
+            log.warning("alert webhook attempt %d/%d failed: %s", attempt, self._tries, problem)
+            if attempt < self._tries:
+                time.sleep(0.5 * attempt)
+        log.error("alert webhook gave up on a %s alert after %d tries", alert.kind, self._tries)
+        return False

@@ -17,8 +17,8 @@ from sqlalchemy import Engine
 
 from mailout.classify import Action, Decision, classify, parse_provider_id
 from mailout.exceptions import RenderError
-from mailout.logs import LogRecipients, log_send
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
+from mailout.logs import LogRecipients, log_send, redact_addresses
 from mailout.models import ClaimedMessage, OnUnknown, Outcome, Status
 from mailout.render import Renderer
 from mailout.retry import GiveUp, RetryPolicy, after_transient_failure, is_expired
@@ -188,7 +188,9 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Com
         return expired(msg, ctx)
     verdict = await _verdict(msg, ctx)
     if not isinstance(verdict, Proceed):
-        log.info("guard stopped id=%s key=%s: %s", msg.id, msg.key, verdict)
+        # The verdict may quote an address or an application's exception text.
+        log.info("guard stopped id=%s key=%s: %s", msg.id, msg.key,
+                 redact_addresses(str(verdict), ctx.log_recipients))
         return _guarded(msg, ctx, verdict)
     msg = verdict.message
     try:

@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import cli_ops, db, display, queries
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
+from mailout.logs import configure_logging
 from mailout.models import Status
 
 DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
@@ -86,7 +87,10 @@ def _since_option(ctx: click.Context, param: click.Parameter,
 def cli(ctx: click.Context, db_url: str | None, verbose: int) -> None:
     """mailout: reliable transactional email from a database outbox."""
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log_format = os.environ.get("MAILOUT_LOG_FORMAT") or "text"
+    if log_format.lower() not in ("text", "json"):
+        raise click.UsageError(f"MAILOUT_LOG_FORMAT must be text or json, got {log_format!r}")
+    configure_logging(log_format, level)
     ctx.obj = {"db_url": db_url}
 
 
@@ -129,9 +133,16 @@ def db_sql(dialect: str) -> None:
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes to run on this machine.")
 @click.option("--until-idle", is_flag=True, help="Exit once no message is due.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), envvar="MAILOUT_METRICS_PORT",
+              help="Serve /metrics, /healthz and /readyz on this port; with --processes N, "
+                   "on this port and the N-1 after it [env: MAILOUT_METRICS_PORT; default: off].")
+@click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
+              envvar="MAILOUT_LOG_FORMAT",
+              help="Log lines as text or JSON [env: MAILOUT_LOG_FORMAT; default: text].")
 @click.pass_obj
 def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
-               lanes: str | None, poll_only: bool, processes: int, until_idle: bool) -> None:
+               lanes: str | None, poll_only: bool, processes: int, until_idle: bool,
+               metrics_port: int | None, log_format: str | None) -> None:
     """Send due messages.
 
     Runs until SIGTERM/SIGINT, which stop claiming and let in-flight sends finish.
@@ -152,10 +163,19 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
         args += [f"--concurrency={concurrency}"] if concurrency else []
         args += [f"--lanes={lanes}"] if lanes else []
         args += ["--poll-only"] * poll_only + ["--until-idle"] * until_idle
-        raise click.exceptions.Exit(supervise(processes, args, until_idle=until_idle))
+        args += [f"--log-format={log_format}"] if log_format else []
+        port = metrics_port  # one port per child: each is its own Prometheus target
+
+        def per_child(i: int) -> list[str]:
+            return [f"--metrics-port={port + i}"] if port else []
+        raise click.exceptions.Exit(supervise(processes, args, until_idle=until_idle,
+                                              per_child=per_child))
+    if log_format:
+        configure_logging(log_format, logging.getLogger().level)
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
-    worker = run_worker(settings, queues=names, until_idle=until_idle)
+    worker = run_worker(settings, queues=names, until_idle=until_idle,
+                        metrics_port=metrics_port)
     if until_idle:
         click.echo(f"idle: {worker.sent} sent")
 

@@ -15,6 +15,7 @@ from typing import Any
 from mailout import validate
 from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.lanes import Lane, QueuePolicy, parse_lanes, parse_queue_policies
+from mailout.logs import LogRecipients
 from mailout.models import OnUnknown
 from mailout.retry import RetryPolicy
 from mailout.smtp import SmtpSettings, TlsMode, default_tls_mode
@@ -53,6 +54,13 @@ def _address(name: str, raw: str) -> str:
         return validate.address(name, raw)
     except InvalidMessage as exc:
         raise ConfigError(name, exc.reason) from None
+
+
+def _log_recipients(name: str, raw: str) -> LogRecipients:
+    try:
+        return LogRecipients(raw.strip().lower())
+    except ValueError:
+        raise ConfigError(name, f"must be masked, full or off, got {raw!r}") from None
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -102,6 +110,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", _number(float, minimum=0), 30.0),
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", _text, None),
     "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
+    "log_recipients": ("MAILOUT_LOG_RECIPIENTS", _log_recipients, LogRecipients.MASKED),
     "checks": ("MAILOUT_CHECKS", _text, None),
     "resolvers": ("MAILOUT_RESOLVERS", _text, None),
     "redirect_to": ("MAILOUT_REDIRECT_TO", _address, None),
@@ -143,6 +152,7 @@ class Settings:
     shutdown_grace: float
     alert_webhook: str | None
     on_unknown: OnUnknown
+    log_recipients: LogRecipients
     checks: str | None
     resolvers: str | None
     redirect_to: str | None

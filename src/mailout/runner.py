@@ -13,6 +13,7 @@ from mailout import attempt, db
 from mailout.alerts import AlertCallback, Alerts
 from mailout.config import Settings
 from mailout.guards import Guards, known_schemas, load_registry, parse_domains
+from mailout.metrics import PrometheusObserver, start_metrics_server
 from mailout.observe import Observer
 from mailout.render import Renderer
 from mailout.smtp import SmtpTransport
@@ -60,7 +61,7 @@ def build_worker(
         (lane, attempt.Context(
             worker=name, policy=settings.retry_policy, renderer=renderer,
             transport=transport(lane.concurrency), rng=make_rng(),
-            on_unknown=settings.on_unknown,
+            on_unknown=settings.on_unknown, log_recipients=settings.log_recipients,
             queue_policies={q: p.retry for q, p in policies.items()},
             guards=guards, engine=engine,
         ))
@@ -77,7 +78,8 @@ def build_worker(
         listen=settings.listen,
     )
     rates = {q: p.rate_per_second for q, p in policies.items() if p.rate_per_second}
-    return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook),
+    return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook,
+                                                      log_recipients=settings.log_recipients),
                   rates, observer)
 
 
@@ -104,14 +106,23 @@ def run_worker(
     queues: Sequence[str] | None = None,
     until_idle: bool = False,
     alert_callback: AlertCallback | None = None,
+    metrics_port: int | None = None,
 ) -> Worker:
-    """Build a worker and run it to the end in a fresh event loop."""
+    """Build a worker and run it to the end in a fresh event loop.
+
+    With ``metrics_port``, serve /metrics, /healthz and /readyz there meanwhile.
+    """
+    observer = PrometheusObserver() if metrics_port is not None else None
     worker = build_worker(
-        settings, queues=queues, until_idle=until_idle, alert_callback=alert_callback
+        settings, queues=queues, until_idle=until_idle, alert_callback=alert_callback,
+        observer=observer,
     )
+    server = start_metrics_server(metrics_port, worker) if metrics_port is not None else None
     try:
         asyncio.run(worker.run())
     finally:
+        if server is not None:
+            server.close()
         worker.alerts.close()
         worker.engine.dispose()
     return worker

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 log = logging.getLogger("mailout.worker")
@@ -24,15 +24,21 @@ log = logging.getLogger("mailout.worker")
 RESTART_PAUSE = 1.0
 
 
-def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool) -> int:
-    """Run ``processes`` children ``python -m mailout <child_args>``; return an exit code."""
+def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool,
+              per_child: Callable[[int], Sequence[str]] | None = None) -> int:
+    """Run ``processes`` children ``python -m mailout <child_args>``; return an exit code.
+
+    ``per_child(i)`` adds arguments for child ``i`` (its own metrics port), also when
+    that child is restarted.
+    """
     command = [sys.executable, "-m", "mailout", *child_args]
 
-    def start() -> subprocess.Popen[bytes]:
+    def start(i: int) -> subprocess.Popen[bytes]:
+        extra = list(per_child(i)) if per_child else []
         # Our own interpreter and our own command line's arguments: no outside input.
-        return subprocess.Popen(command)  # noqa: S603
+        return subprocess.Popen([*command, *extra])  # noqa: S603
 
-    children = [start() for _ in range(processes)]
+    children = [start(i) for i in range(processes)]
     stopping = False
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -54,7 +60,7 @@ def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool) ->
                         log.error("worker process %d exited with %s; restarting it",
                                   children[i].pid, code)
                         time.sleep(RESTART_PAUSE)
-                        children[i] = start()
+                        children[i] = start(i)
             time.sleep(0.2)
     finally:
         for s, handler in previous.items():

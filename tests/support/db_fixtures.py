@@ -30,7 +30,8 @@ def pg_database_url(pg_server_url: str) -> Iterator[str]:
 def _empty(url: str) -> None:
     engine = db.make_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages, mailout_pauses RESTART IDENTITY"))
+        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages, mailout_pauses "
+                          "RESTART IDENTITY"))
     engine.dispose()
 
 

@@ -1,0 +1,186 @@
+"""Logging: one event per line, as text or JSON lines, and what may appear in a line.
+
+The worker logs each send (queue, key, Message-ID, attempt, outcome, SMTP code,
+stage, duration) as a message *and* as structured fields (``extra=``), which the
+JSON formatter writes as top-level keys. It never logs passwords, the AUTH exchange,
+message bodies or template params. Recipient addresses are logged according to
+``MAILOUT_LOG_RECIPIENTS``: ``masked`` (default, ``a***@example.com``), ``full`` or
+``off``.
+
+SQL echo (the ``sqlalchemy`` loggers at INFO or DEBUG) prints statement parameters
+and rows, which include bodies and addresses: it stays at WARNING here, and is a
+database debugging tool that production must never enable.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import re
+import sys
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mailout.models import ClaimedMessage
+    from mailout.store import Completion
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRS = frozenset(
+    logging.LogRecord("", 0, "", 0, "", None, None).__dict__
+) | {"message", "asctime", "taskName"}
+_CORE_KEYS = ("time", "level", "logger", "message")
+_ADDRESS = re.compile(r"([A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+)@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+
+
+class LogFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class LogRecipients(enum.StrEnum):
+    """How recipient addresses appear in logs (``MAILOUT_LOG_RECIPIENTS``)."""
+
+    MASKED = "masked"  # a***@example.com: enough to tell messages apart, not to contact
+    FULL = "full"
+    OFF = "off"
+
+
+def mask_address(address: str) -> str:
+    """``alice@example.com`` -> ``a***@example.com``; the domain stays readable.
+
+    Anything without an ``@`` becomes ``***``: it is not an address, and may be worse.
+    """
+    local, at, domain = address.strip().rpartition("@")
+    if not at or not domain:
+        return "***"
+    local = local.rpartition("<")[2]  # "Ann <ann@example.com>": the address only
+    domain = domain.rstrip(">")
+    return f"{local[:1]}***@{domain}" if local else f"***@{domain}"
+
+
+def recipient_for_log(address: str, mode: LogRecipients) -> str | None:
+    """The recipient as ``mode`` allows it in a log line; None means leave it out."""
+    if mode is LogRecipients.FULL:
+        return address
+    if mode is LogRecipients.MASKED:
+        return mask_address(address)
+    return None
+
+
+def redact_addresses(text: str, mode: LogRecipients = LogRecipients.MASKED) -> str:
+    """``text`` with every e-mail address in it masked (or removed) as ``mode`` says.
+
+    For free text that may echo an address, such as an SMTP reply in an alert.
+    """
+    if mode is LogRecipients.FULL:
+        return text
+    if mode is LogRecipients.OFF:
+        return _ADDRESS.sub("***", text)
+    return _ADDRESS.sub(lambda m: mask_address(m.group(0)), text)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, then the ``extra`` fields.
+
+    An extra field that clashes with a core key is written as ``extra_<key>``;
+    values that JSON cannot hold are written as their ``str()``.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key in _STANDARD_ATTRS or key.startswith("_"):
+                continue
+            event[f"extra_{key}" if key in _CORE_KEYS else key] = value
+        if record.exc_info:
+            event["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            event["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(event, default=str, ensure_ascii=False)
+
+
+_HANDLER_MARK = "_mailout_handler"
+
+
+def configure_logging(
+    fmt: str | LogFormat = LogFormat.TEXT,
+    level: int | str = logging.INFO,
+    *,
+    stream: IO[str] | None = None,
+) -> logging.Handler:
+    """Send every log event to ``stream`` (stderr), one line each, as text or JSON.
+
+    Idempotent: calling it again replaces the handler it installed before (and only
+    that one). Returns the handler. Raises ValueError for an unknown format.
+    """
+    kind = LogFormat(str(fmt).lower())
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if kind is LogFormat.JSON else
+                         logging.Formatter(TEXT_FORMAT))
+    setattr(handler, _HANDLER_MARK, True)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(level)
+    # SQL echo logs parameters and rows (bodies, addresses): never inherit DEBUG. And
+    # aiosmtpd ("mail.log") runs in-process only as the demo's SMTP sink, where its INFO
+    # lines echo every SMTP command, addresses included.
+    for name in ("sqlalchemy", "mail.log"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return handler
+
+
+SEND_FORMAT = (
+    "send queue=%(queue)s key=%(key)s message_id=%(message_id)s attempt=%(attempt)d "
+    "outcome=%(outcome)s code=%(smtp_code)s stage=%(stage)s duration_ms=%(duration_ms).1f"
+)
+
+
+def log_send(
+    logger: logging.Logger,
+    msg: ClaimedMessage,
+    completion: Completion,
+    *,
+    stage: str,
+    seconds: float,
+    recipients: LogRecipients = LogRecipients.MASKED,
+) -> None:
+    """Log one finished send at INFO, as a text line and as ``extra`` fields.
+
+    Only identifiers, codes and timings: never the body, the params or the reply text
+    (a reply may quote the address); the recipient only as ``recipients`` allows.
+    """
+    fields: dict[str, Any] = {
+        "event": "send",
+        "outbox_id": msg.id,
+        "queue": msg.queue,
+        "key": msg.key,
+        "message_id": msg.message_id,
+        "attempt": msg.attempts,
+        "outcome": completion.outcome.value,
+        "smtp_code": completion.reply_code,
+        "enhanced_code": completion.enhanced_code,
+        "stage": stage,
+        "duration_ms": round(seconds * 1000, 1),
+        "reason": completion.reason,
+        "provider_message_id": completion.provider_message_id,
+    }
+    text = SEND_FORMAT
+    shown = recipient_for_log(completion.recipient, recipients)
+    if shown is not None:
+        fields["recipient"] = shown
+        text += " to=%(recipient)s"
+    if completion.reason:
+        text += " reason=%(reason)s"
+    logger.info(text, fields, extra=fields)
