@@ -10,10 +10,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 from sqlalchemy.engine import make_url
@@ -65,3 +68,63 @@ def smtp_sink() -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+# -- shared by the throughput benchmark -------------------------------------------
+
+BENCH_SETTINGS_DOMAIN = "shop.example.com"
+MAIL_FROM = "Shop <shop@example.com>"
+TEMPLATE = "order_confirmation"
+# About 2 KB each once rendered, as the issue prescribes.
+TEXT = "Hello {{ name }},\n\nThank you for order {{ order_id }}.\n" + "Line of text. " * 140
+HTML = "<p>Hello {{ name }},</p><p>Thank you for order {{ order_id }}.</p>" + (
+    "<p>Some <b>HTML</b> content.</p>" * 60
+)
+
+
+def write_templates(root: Path) -> Path:
+    """The benchmark's template (subject, text and HTML parts) under ``root``."""
+    folder = root / TEMPLATE
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "subject.txt").write_text("Your order {{ order_id }} is confirmed")
+    (folder / "text.txt").write_text(TEXT)
+    (folder / "html.html").write_text(HTML)
+    return root
+
+
+def params(i: int) -> dict[str, object]:
+    return {"name": f"Customer {i}", "order_id": i}
+
+
+def worker_env(url: str, port: int, templates: Path, concurrency: int) -> dict[str, str]:
+    """The environment of a ``mailout worker`` draining into smtp-sink."""
+    return {**os.environ, "MAILOUT_DATABASE_URL": url, "MAIL_FROM": MAIL_FROM,
+            "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_TLS": "none",
+            "MAILOUT_TEMPLATES": str(templates), "MAILOUT_CONCURRENCY": str(concurrency)}
+
+
+def run_workers(env: dict[str, str], processes: int) -> tuple[float, list[int]]:
+    """Start ``processes`` ``mailout worker --until-idle`` together and wait for all.
+
+    Returns the wall time and each process's peak RSS in KiB (from wait4, so it is
+    the worker's own figure, not the largest child's of this process's life).
+    """
+    command = [sys.executable, "-m", "mailout", "worker", "--until-idle"]
+    with tempfile.TemporaryFile() as errors:
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+                 for _ in range(processes)]
+        peaks: list[int] = []
+        failed = []
+        for proc in procs:
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            peaks.append(usage.ru_maxrss)
+            if proc.returncode != 0:
+                failed.append(proc.returncode)
+        elapsed = time.perf_counter() - t0
+        if failed:
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"worker exited with {failed}:\n{tail}")
+    return elapsed, peaks

@@ -11,7 +11,7 @@ import secrets
 import socket
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
 from pathlib import Path
@@ -23,7 +23,10 @@ from sqlalchemy.orm import Session
 from mailout import store, validate
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
 from mailout.guards import template_schema
+from mailout.lanes import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
+from mailout.lanes import QueuePolicy, parse_queue_policies
 from mailout.models import EnqueueResult
+from mailout.retry import RetryPolicy
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -40,6 +43,9 @@ class EnqueueSettings:
     message_id_domain: str | None = None
     max_message_bytes: int = DEFAULT_MAX_BYTES
     max_age_seconds: float = DEFAULT_MAX_AGE
+    # Per-queue age limits (MAILOUT_QUEUE_POLICIES, and the defaults of lanes.py:
+    # critical 15 minutes, bulk 3 days); other queues use max_age_seconds.
+    queue_max_age: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_QUEUE_AGE))
     notify: bool = True  # NOTIFY waiting workers on commit (PostgreSQL only)
 
     @classmethod
@@ -52,6 +58,7 @@ class EnqueueSettings:
             message_id_domain=domain or None,
             max_message_bytes=_positive_int(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
             max_age_seconds=_positive_float(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
+            queue_max_age=_queue_ages(env.get("MAILOUT_QUEUE_POLICIES")),
             notify=env.get("MAILOUT_NOTIFY", "1").strip().lower() not in ("0", "false", "no"),
         )
 
@@ -89,6 +96,15 @@ def _domain_of(mailbox: str) -> str | None:
     return addr.rpartition("@")[2] or None
 
 
+def _queue_ages(spec: str | None) -> dict[str, float]:
+    ages = dict(DEFAULT_QUEUE_AGE)
+    if spec:
+        default = QueuePolicy(RetryPolicy(), DEFAULT_MAX_AGE)
+        for queue, policy in parse_queue_policies(spec, default).items():
+            ages[queue] = policy.max_age_seconds
+    return ages
+
+
 def make_message_id(domain: str | None) -> str:
     """A fresh RFC 5322 Message-ID: 128 random bits at ``domain``.
 
@@ -120,8 +136,15 @@ class Message:
     version: str | int | None = None  # the event's version at enqueue
 
 
-def _validated_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
-    """The column values for ``msg``, or InvalidMessage naming the first bad field."""
+def _validated_row(
+    msg: Message, settings: EnqueueSettings,
+    templates: dict[str, tuple[str, int | None]] | None = None,
+) -> dict[str, Any]:
+    """The column values for ``msg``, or InvalidMessage naming the first bad field.
+
+    ``templates`` remembers checked template names (name and schema version) for
+    the rest of one :func:`enqueue_many` call.
+    """
     has_content = msg.subject is not None or msg.text is not None or msg.html is not None
     if msg.template is None and not has_content:
         raise InvalidMessage("template", "give a template, or a subject with text or html")
@@ -147,10 +170,17 @@ def _validated_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
         "schema_version": None,
     }
     if msg.template is not None:
-        row["template"] = validate.template_name(msg.template, settings.templates_dir)
+        checked = None if templates is None else templates.get(msg.template)
+        if checked is None:
+            name = validate.template_name(msg.template, settings.templates_dir)
+            schema = None
+            if settings.templates_dir is not None:
+                schema = template_schema(settings.templates_dir, name)
+            checked = (name, schema)
+            if templates is not None:
+                templates[msg.template] = checked
+        row["template"], row["schema_version"] = checked
         row["params"] = validate.params({} if msg.params is None else msg.params)
-        if settings.templates_dir is not None:
-            row["schema_version"] = template_schema(settings.templates_dir, row["template"])
     else:
         if msg.params is not None:
             raise InvalidMessage("params", "params need a template")
@@ -178,7 +208,8 @@ def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
         # Naive datetimes are taken as UTC, the only zone the database columns use.
         aware = msg.send_at if msg.send_at.tzinfo else msg.send_at.replace(tzinfo=UTC)
         send_at = aware.astimezone(UTC)
-    expires = msg.expires_in if msg.expires_in is not None else settings.max_age_seconds
+    expires = msg.expires_in if msg.expires_in is not None else settings.queue_max_age.get(
+        msg.queue, settings.max_age_seconds)
     if isinstance(expires, timedelta):
         expires = expires.total_seconds()
     if isinstance(expires, bool) or not isinstance(expires, int | float) or not expires > 0:
@@ -204,7 +235,9 @@ def enqueue_many(
     call) follow the rules of :func:`enqueue`. Results come back in input order.
     """
     settings = settings or EnqueueSettings.from_env()
-    rows = [_validated_row(m, settings) for m in messages]
+    # A template is looked up on disk once per call, not once per message.
+    templates: dict[str, tuple[str, int | None]] = {}
+    rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
     stored = store.insert_messages(connection, rows)
     if settings.notify:

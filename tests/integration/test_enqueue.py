@@ -338,3 +338,16 @@ def test_concurrent_duplicate_key_after_rollback_creates_the_row(pg_url: str) ->
     assert results["second"].created
     assert count(engine) == 1
     engine.dispose()
+
+
+def test_queue_age_limits_default_per_queue(engine: Engine) -> None:
+    cfg = EnqueueSettings.from_env({"MAILOUT_MESSAGE_ID_DOMAIN": "x.example.com",
+                                    "MAILOUT_QUEUE_POLICIES": "reports:max_age=2h"})
+    ages = {}
+    with engine.begin() as conn:
+        for queue in ("critical", "bulk", "reports", "default"):
+            rid = enqueue(conn, to="a@example.com", subject="Hi", text="x", queue=queue,
+                          settings=cfg).id
+            stored = conn.execute(select(messages).where(messages.c.id == rid)).one()
+            ages[queue] = round((stored.expires_at - stored.created_at).total_seconds())
+    assert ages == {"critical": 900, "bulk": 3 * 86400, "reports": 7200, "default": 86400}

@@ -1,0 +1,274 @@
+"""A small, fast MIME builder for transactional messages.
+
+The stdlib's ``email.message`` / ``headerregistry`` machinery costs milliseconds
+per message, most of it parsing back the headers it is given. Here every header
+is formatted once, straight to wire bytes:
+
+* Unstructured values (Subject, the idempotency key, extras) stay as they are
+  when they are printable ASCII, folded before whitespace at 78 characters;
+  anything else (non-ASCII, controls, text that a reader would take for an
+  RFC 2047 encoded-word) becomes base64 encoded-words of at most 76 characters
+  per line, split only between characters.
+* Mailboxes keep their address as is; a display name is written as atoms, as a
+  quoted-string, or as encoded-words, whichever is the first that is exact.
+* Bodies are UTF-8 with canonical CRLF line ends, quoted-printable (or base64
+  when that is shorter), so no line passes 76 octets and no server needs
+  8BITMIME. Two bodies make a multipart/alternative, text first.
+
+Callers check values for line breaks and control characters first: this module
+formats, it does not validate.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import random
+import re
+from collections.abc import Iterable, Sequence
+
+CRLF = "\r\n"
+FOLD_AT = 78  # RFC 5322 recommended line length, CRLF excluded
+ENCODED_LINE = 76  # RFC 2047: a line holding encoded-words
+MAX_LINE = 998  # RFC 5322 hard limit, CRLF excluded
+_B64_LINE = 76  # base64 body line length (RFC 2045)
+_QP_LINE = 76  # quoted-printable line length (RFC 2045)
+# Bytes quoted-printable may carry as they are (RFC 2045 6.7): printable ASCII but
+# "=", and tab; plus the line end itself.
+_QP_LITERAL = bytes(range(0x20, 0x7F)).replace(b"=", b"") + b"\t\n"
+
+_EW_PREFIX = "=?utf-8?b?"
+_EW_OVERHEAD = len(_EW_PREFIX) + len("?=")
+_TOKEN = re.compile(r"[ \t]*[^ \t]+|[ \t]+$")
+# Display names made only of atoms separated by single spaces can go out bare.
+_ATOMS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?: [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*")
+_QUOTED_SPECIALS = re.compile(r'(["\\])')
+_QUOTABLE = re.compile(r"[ -~\t]*")  # printable ASCII and tab fit in a quoted-string
+
+
+# -- headers -------------------------------------------------------------------
+
+
+def raw(name: str, value: str) -> str:
+    """``name: value`` exactly as given (Message-ID, Date, MIME-Version)."""
+    return f"{name}: {value}{CRLF}"
+
+
+def _plain_tokens(name: str, value: str) -> list[str] | None:
+    """The fold tokens of ``value`` if it can go out as it is, else None."""
+    # "=?" would be read back as the start of an RFC 2047 encoded-word, and
+    # leading whitespace is dropped by parsers as part of the field separator.
+    if not (value.isascii() and value.isprintable()) or "=?" in value or value[:1] == " ":
+        return None
+    tokens = _TOKEN.findall(value)
+    # A line may hold a whole token past the fold point: keep it under 998.
+    longest = max((len(t) for t in tokens), default=0)
+    return tokens if len(name) + 2 + FOLD_AT + longest <= MAX_LINE else None
+
+
+def unstructured(name: str, value: str) -> str:
+    """An unstructured header, folded, ending in CRLF, that decodes back to ``value``."""
+    tokens = _plain_tokens(name, value)
+    if tokens is not None:
+        return _fold_plain(name, tokens)
+    first = max(ENCODED_LINE - len(name) - 2, _EW_OVERHEAD + 8)  # 8: one 4-byte character
+    words = encoded_words(value, first_room=first)
+    # Decoders drop the whitespace between adjacent encoded-words, so the folds
+    # add nothing to the value.
+    return f"{name}: " + f"{CRLF} ".join(words) + CRLF
+
+
+def _fold_plain(name: str, tokens: list[str]) -> str:
+    """Fold before whitespace only, so unfolding restores the value exactly."""
+    lines: list[str] = []
+    line = f"{name}: " + (tokens[0] if tokens else "")
+    for piece in tokens[1:]:
+        # Never leave a whitespace-only continuation line (it would end the header
+        # block for some readers and lose the whitespace for others).
+        if len(line) + len(piece) > FOLD_AT and piece[0] in " \t" and piece.strip():
+            lines.append(line)
+            line = piece
+        else:
+            line += piece
+    lines.append(line)
+    return CRLF.join(lines) + CRLF
+
+
+def encoded_words(value: str, *, first_room: int = ENCODED_LINE - 1) -> list[str]:
+    """``value`` as base64 encoded-words: the first at most ``first_room`` long,
+    the others at most 75 (so each fits on a continuation line after one space).
+
+    Words split only between characters, so each decodes on its own.
+    """
+    data = value.encode("utf-8")
+    words: list[str] = []
+    room = first_room
+    start = 0
+    while True:
+        # Whole base64 quads: 3 bytes per 4 characters of room.
+        size = max((room - _EW_OVERHEAD) // 4 * 3, 4)
+        end = start + size
+        if end < len(data):
+            while data[end] & 0xC0 == 0x80:  # inside a UTF-8 sequence: back up
+                end -= 1
+        chunk = data[start:end]
+        words.append(_EW_PREFIX + base64.b64encode(chunk).decode("ascii") + "?=")
+        start = end
+        room = ENCODED_LINE - 1
+        if start >= len(data):
+            return words
+
+
+def display_name(name: str, *, first_room: int) -> list[str]:
+    """The tokens of an RFC 5322 phrase that decodes back to ``name`` exactly."""
+    # A very long name would make a line past 998 unless it folds as encoded-words.
+    if name.isascii() and "=?" not in name and len(name) < MAX_LINE - 200:
+        if _ATOMS.fullmatch(name):
+            return name.split(" ")
+        if _QUOTABLE.fullmatch(name):
+            return ['"' + _QUOTED_SPECIALS.sub(r"\\\1", name) + '"']
+    # Note: Python's own parser (3.11) puts a space between adjacent encoded-words
+    # of a display name, against RFC 2047 6.2; a name that needs several words
+    # reads back with extra spaces there, in Python only.
+    return encoded_words(name, first_room=first_room)
+
+
+def address(name: str, mailboxes: Sequence[tuple[str, str]]) -> str:
+    """An address header (From, To, Reply-To) for ``(display name, addr-spec)`` pairs.
+
+    The addr-specs must be ASCII (no SMTPUTF8); display names may be anything.
+    """
+    tokens: list[str] = []
+    for i, (display, addr_spec) in enumerate(mailboxes):
+        if display:
+            room = ENCODED_LINE - len(name) - 2 if not tokens else ENCODED_LINE - 1
+            tokens += display_name(display, first_room=room)
+            tokens.append(f"<{addr_spec}>")
+        else:
+            tokens.append(addr_spec)
+        if i < len(mailboxes) - 1:
+            tokens[-1] += ","
+    return _fold_tokens(name, tokens)
+
+
+def _fold_tokens(name: str, tokens: Iterable[str]) -> str:
+    """Tokens joined by single spaces, folding before a token that would pass 76."""
+    lines: list[str] = []
+    line = f"{name}:"
+    first = True
+    for token in tokens:
+        if not first and len(line) + 1 + len(token) > ENCODED_LINE:
+            lines.append(line)
+            line = ""
+        line += " " + token
+        first = False
+    lines.append(line)
+    return CRLF.join(lines) + CRLF
+
+
+# -- bodies --------------------------------------------------------------------
+
+
+def encode_body(content: str) -> tuple[str, bytes]:
+    """(Content-Transfer-Encoding, body) for ``content`` as UTF-8 text.
+
+    Line ends become CRLF (a lone CR or LF is a line end too) and the body ends
+    with one, as the stdlib does. Quoted-printable keeps ASCII text readable;
+    base64 wins for mostly non-Latin text, where quoted-printable triples it.
+    Raises UnicodeEncodeError for lone surrogates.
+    """
+    text = content.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.endswith("\n"):
+        text += "\n"
+    data = text.encode("utf-8")
+    qp = _quoted_printable(data)
+    b64_size = -(-len(data) // 3) * 4
+    if len(qp) <= b64_size + b64_size // _B64_LINE * 2:
+        return "quoted-printable", qp
+    # base64 encodes the canonical (CRLF) form, as RFC 2045 requires for text.
+    encoded = base64.b64encode(text.replace("\n", "\r\n").encode("utf-8"))
+    lines = [encoded[i : i + _B64_LINE] for i in range(0, len(encoded), _B64_LINE)]
+    return "base64", b"\r\n".join(lines) + b"\r\n"
+
+
+def _quoted_printable(data: bytes) -> bytes:
+    """Quoted-printable with CRLF line ends and no line over 76 octets."""
+    if not data.translate(None, _QP_LITERAL) and b" \n" not in data and b"\t\n" not in data:
+        # Printable ASCII with no whitespace before a line end (the common case for
+        # generated text and HTML): only "=" needs escaping.
+        lines = data.replace(b"=", b"=3D").split(b"\n")
+    else:
+        # istext: "\n" stays a hard line break; with only "\n" in the input every
+        # break comes out as "\n" (soft ones as "=\n").
+        lines = binascii.b2a_qp(data, istext=True).split(b"\n")
+    # Long lines: all of them on the first path; on the second, b2a_qp lets a line
+    # grow to 78 when it ends in whitespace (written "=20").
+    if max(map(len, lines)) > _QP_LINE:
+        lines = [_soft_break(line) if len(line) > _QP_LINE else line for line in lines]
+    return b"\r\n".join(lines)
+
+
+def _soft_break(line: bytes) -> bytes:
+    """``line`` in pieces of at most 75 octets joined by soft line breaks ("=" CRLF).
+
+    Whitespace may end a piece: the "=" follows it on that line (RFC 2045 6.7).
+    """
+    if b"=" not in line:
+        step = _QP_LINE - 1
+        return b"=\r\n".join([line[i : i + step] for i in range(0, len(line), step)])
+    pieces = []
+    start = 0
+    while len(line) - start > _QP_LINE:
+        cut = start + _QP_LINE - 1
+        while b"=" in line[cut - 2 : cut]:  # never cut an "=XX" escape in two
+            cut -= 1
+        pieces.append(line[start:cut])
+        start = cut
+    pieces.append(line[start:])
+    return b"=\r\n".join(pieces)
+
+
+def _part(subtype: str, content: str) -> bytes:
+    cte, body = encode_body(content)
+    head = (
+        f'Content-Type: text/{subtype}; charset="utf-8"{CRLF}'
+        f"Content-Transfer-Encoding: {cte}{CRLF}{CRLF}"
+    )
+    return head.encode("ascii") + body
+
+
+def new_boundary() -> str:
+    # "=_" never occurs in quoted-printable or base64 text, so no body can contain
+    # the boundary; the random part keeps nested or forwarded copies apart. It
+    # needs no secrecy, so no system call (os.urandom costs more than the rest).
+    return f"=_{random.getrandbits(96):024x}"
+
+
+def build(headers: Sequence[str], text: str | None, html: str | None) -> bytes:
+    """The whole message: ``headers`` (formatted lines, e.g. from :func:`unstructured`),
+    then the body: text/plain, text/html, or multipart/alternative with both.
+
+    At least one of ``text`` and ``html`` must be given.
+    """
+    head = "".join(headers).encode("ascii")
+    if text is not None and html is not None:
+        boundary = new_boundary()
+        delimiter = f"--{boundary}{CRLF}".encode("ascii")
+        content_type = f'Content-Type: multipart/alternative; boundary="{boundary}"{CRLF}{CRLF}'
+        # Each part's body ends in CRLF; the CRLF before "--boundary" belongs to
+        # the delimiter, so the part keeps its final line break when parsed.
+        return b"".join((
+            head,
+            content_type.encode("ascii"),
+            delimiter,
+            _part("plain", text),
+            b"\r\n",
+            delimiter,
+            _part("html", html),
+            f"{CRLF}--{boundary}--{CRLF}".encode("ascii"),
+        ))
+    if text is not None:
+        return head + _part("plain", text)
+    if html is None:
+        raise ValueError("a message needs a text or an html body")
+    return head + _part("html", html)
