@@ -99,11 +99,22 @@ messages = Table(
     Index("ux_mailout_messages_message_id", "message_id", unique=True),
     # Claiming reads only these partial indexes, so its cost follows the number of
     # live rows, not the millions of finished ones kept for idempotency and tracing.
+    # In claim order: a lane over one queue walks the first, a lane over every queue
+    # the second, and both stop after LIMIT rows instead of sorting the backlog.
     Index(
         "ix_mailout_messages_due",
         "queue",
-        "priority",
+        text("priority DESC"),
         "next_attempt_at",
+        "id",
+        postgresql_where=_PENDING,
+        sqlite_where=_PENDING,
+    ),
+    Index(
+        "ix_mailout_messages_pending_order",
+        text("priority DESC"),
+        "next_attempt_at",
+        "id",
         postgresql_where=_PENDING,
         sqlite_where=_PENDING,
     ),

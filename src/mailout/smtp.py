@@ -39,7 +39,9 @@ from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import (
     SMTPDataError,
     SMTPException,
+    SMTPRecipientRefused,
     SMTPResponseException,
+    SMTPSenderRefused,
     SMTPServerDisconnected,
 )
 
@@ -171,7 +173,7 @@ class SmtpTransport:
             smtp = await self._open(attempt)
             await _mail_from(smtp, envelope, attempt)
         attempt.stage = Stage.RCPT
-        await smtp.rcpt(envelope.rcpt_to, encoding="utf-8" if _needs_utf8(envelope) else "ascii")
+        await _command(smtp, b"RCPT", envelope.rcpt_to, [], _needs_utf8(envelope))
         return await _data(smtp, envelope.data, attempt)
 
     async def _pooled(self, attempt: _Attempt) -> aiosmtplib.SMTP | None:
@@ -251,6 +253,30 @@ async def check_connection(settings: SmtpSettings) -> SendOutcome:
             await _quit(attempt.smtp)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f<>]")
+
+
+async def _command(smtp: aiosmtplib.SMTP, verb: bytes, address: str, options: list[str],
+                   utf8: bool) -> SMTPResponse:
+    """MAIL FROM or RCPT TO for an address mailout validated at enqueue.
+
+    Sent as a raw command: aiosmtplib's mail()/rcpt() parse the address again twice
+    per message, which showed in profiles. Control characters and angle brackets are
+    still refused here, so nothing can smuggle a second command.
+    """
+    if _CONTROL.search(address):
+        raise ValueError(f"address {address!r} has a control character")
+    prefix = b"FROM:<" if verb == b"MAIL" else b"TO:<"
+    arg = prefix + address.encode("utf-8" if utf8 else "ascii") + b">"
+    response = await smtp.execute_command(verb, arg, *(o.encode("ascii") for o in options))
+    if verb == b"MAIL" and response.code != smtpcodes.OK:
+        raise SMTPSenderRefused(response.code, response.message, address)
+    accepted = (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD)
+    if verb == b"RCPT" and response.code not in accepted:
+        raise SMTPRecipientRefused(response.code, response.message, address)
+    return response
+
+
 def _needs_utf8(envelope: Envelope) -> bool:
     return not (envelope.mail_from.isascii() and envelope.rcpt_to.isascii())
 
@@ -265,7 +291,7 @@ async def _mail_from(
     if not envelope.data.isascii() and smtp.supports_extension("8bitmime"):
         options.append("BODY=8BITMIME")
     try:
-        await smtp.mail(envelope.mail_from, options=options, encoding="utf-8" if utf8 else "ascii")
+        await _command(smtp, b"MAIL", envelope.mail_from, options, utf8)
     except ConnectionError:  # e.g. the server closed it while idle, unnoticed until now
         if not pooled:
             raise
@@ -306,10 +332,18 @@ async def _data(smtp: aiosmtplib.SMTP, data: bytes, attempt: _Attempt) -> SendOu
 
 def _wire_content(data: bytes) -> bytes:
     """CRLF line endings, a final CRLF, dot-stuffing, and the terminating "."."""
-    content = _LINE_ENDINGS.sub(b"\r\n", data)
+    crlf = data.count(b"\r\n")
+    if data.count(b"\n") == crlf and data.count(b"\r") == crlf:
+        content = data  # already CRLF only (mailout's own renderer): skip the regex
+    else:
+        content = _LINE_ENDINGS.sub(b"\r\n", data)
     if not content.endswith(b"\r\n"):
         content += b"\r\n"
-    return _LEADING_DOT.sub(b"..", content) + b".\r\n"
+    # Every line now ends in CRLF, so a line start is the start or just after "\r\n".
+    stuffed = content.replace(b"\r\n.", b"\r\n..")
+    if stuffed.startswith(b"."):
+        stuffed = b"." + stuffed
+    return stuffed + b".\r\n"
 
 
 async def _reset(smtp: aiosmtplib.SMTP) -> bool:

@@ -6,6 +6,7 @@ from typing import Final
 
 # 2yz: positive completion
 OK: Final = 250
+USER_NOT_LOCAL_WILL_FORWARD: Final = 251  # RCPT accepted, to be forwarded
 SERVICE_READY: Final = 220
 AUTH_SUCCEEDED: Final = 235
 START_MAIL_INPUT: Final = 354  # intermediate reply to DATA

@@ -32,9 +32,11 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.models import ClaimedMessage, Outcome, Status
 from mailout.schema import (
@@ -182,20 +184,54 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
+def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
+             exclude_templates: Sequence[str] = ()) -> list[ColumnElement[bool]]:
+    """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates."""
+    out: list[ColumnElement[bool]] = []
+    if queues:
+        out.append(messages.c.queue.in_(list(queues)))
+    if exclude:
+        out.append(messages.c.queue.not_in(list(exclude)))
+    if exclude_templates:
+        tpl = messages.c.template
+        out.append(or_(tpl.is_(None), tpl.not_in(list(exclude_templates))))
+    return out
+
+
 def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
          exclude_templates: Sequence[str] = ()) -> Any:
     due = or_(
         and_(messages.c.status == Status.PENDING.value, messages.c.next_attempt_at <= db_now()),
         and_(messages.c.status == Status.SENDING.value, messages.c.lease_expires_at <= db_now()),
     )
-    if queues:
-        due = and_(messages.c.queue.in_(list(queues)), due)
-    if exclude:
-        due = and_(messages.c.queue.not_in(list(exclude)), due)
-    if exclude_templates:
-        tpl = messages.c.template
-        due = and_(or_(tpl.is_(None), tpl.not_in(list(exclude_templates))), due)
-    return due
+    return and_(due, *_filters(queues, exclude, exclude_templates))
+
+
+def _due_cte(limit: int, filters: list[ColumnElement[bool]]) -> Any:
+    """PostgreSQL's due rows: expired leases first, then pending rows in index order.
+
+    Two branches, each an index scan that stops at ``limit`` (the partial indexes
+    ``ix_mailout_messages_leased`` and ``ix_mailout_messages_due`` /
+    ``..._pending_order``), so a claim costs the same with a million finished rows
+    or a large backlog. statement_timestamp() is stable within the statement, which
+    lets the planner use it as an index condition. MATERIALIZED: the planner must not
+    inline the CTE and lock more rows than LIMIT.
+    """
+    now = func.statement_timestamp()
+    cols = (messages.c.id, messages.c.status.label("prev_status"),
+            messages.c.lease_owner.label("prev_owner"),
+            messages.c.last_attempt_at.label("prev_started"))
+    expired = (select(*cols).where(messages.c.status == Status.SENDING.value,
+                                   messages.c.lease_expires_at <= now, *filters)
+               .order_by(messages.c.lease_expires_at).limit(limit)
+               .with_for_update(skip_locked=True).subquery("expired"))
+    pending = (select(*cols).where(messages.c.status == Status.PENDING.value,
+                                   messages.c.next_attempt_at <= now, *filters)
+               .order_by(messages.c.priority.desc(), messages.c.next_attempt_at,
+                         messages.c.id).limit(limit)
+               .with_for_update(skip_locked=True).subquery("pending"))
+    both = union_all(select(expired), select(pending)).limit(limit)
+    return both.cte("due").prefix_with("MATERIALIZED")
 
 
 def claim(
@@ -241,8 +277,7 @@ def claim(
         "last_attempt_at": db_now(),
     }
     if conn.dialect.name == "postgresql":
-        # MATERIALIZED: the planner must not inline the CTE and lock more rows than LIMIT.
-        due = candidates.with_for_update(skip_locked=True).cte("due").prefix_with("MATERIALIZED")
+        due = _due_cte(limit, _filters(queues, exclude_queues, exclude_templates))
         stmt = (
             update(messages)
             .where(messages.c.id == due.c.id)

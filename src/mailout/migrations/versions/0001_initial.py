@@ -68,7 +68,14 @@ def upgrade() -> None:
     op.create_index(
         "ix_mailout_messages_due",
         "mailout_messages",
-        ["queue", "priority", "next_attempt_at"],
+        ["queue", sa.text("priority DESC"), "next_attempt_at", "id"],
+        postgresql_where=pending,
+        sqlite_where=pending,
+    )
+    op.create_index(
+        "ix_mailout_messages_pending_order",
+        "mailout_messages",
+        [sa.text("priority DESC"), "next_attempt_at", "id"],
         postgresql_where=pending,
         sqlite_where=pending,
     )
