@@ -39,9 +39,13 @@ MAX_BACKOFF = 10.0
 class CompletionWriter:
     """Collects completions and writes them in batches from a background task."""
 
-    def __init__(self, engine: Engine, on_written: Callable[[list[Completion], set[int]], None]):
+    def __init__(self, engine: Engine, on_written: Callable[[list[Completion], set[int]], None],
+                 more_coming: Callable[[], bool] = lambda: True):
         self._engine = engine
         self._on_written = on_written
+        # Whether sends are still in flight: when none is, waiting for a bigger batch
+        # would only add latency (a login code sent to an idle worker).
+        self._more_coming = more_coming
         self._buffer: list[Completion] = []
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
@@ -103,7 +107,8 @@ class CompletionWriter:
     async def _gather(self) -> None:
         """Let the batch grow for up to FLUSH_INTERVAL, or until TARGET_BATCH wait."""
         waited = 0.0
-        while waited < FLUSH_INTERVAL and len(self._buffer) < TARGET_BATCH and not self._closing:
+        while (waited < FLUSH_INTERVAL and len(self._buffer) < TARGET_BATCH
+               and not self._closing and self._more_coming()):
             await asyncio.sleep(FLUSH_STEP)
             waited += FLUSH_STEP
 

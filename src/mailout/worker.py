@@ -100,7 +100,8 @@ class Worker:
         self.opts = options
         self.alerts = alerts
         self.gate = Gate(options.pause_seconds, options.pause_cap)
-        self.writer = CompletionWriter(engine, self._written)
+        self.writer = CompletionWriter(
+            engine, self._written, lambda: any(r.in_flight for r in self.lanes))
         buckets = {q: TokenBucket(rate) for q, rate in (rates or {}).items()}
         self.lanes = [LaneRunner(self, lane, ctx, buckets) for lane, ctx in lanes]
         self.name = lanes[0][1].worker if lanes else worker_name()
