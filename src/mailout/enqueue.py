@@ -239,9 +239,7 @@ def enqueue_many(
     templates: dict[str, tuple[str, int | None]] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
-    stored = store.insert_messages(connection, rows)
-    if settings.notify:
-        store.notify(connection, {r["queue"] for r in rows if stored[r["idempotency_key"]].created})
+    stored = store.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
     for row in rows:
         hit = stored[row["idempotency_key"]]

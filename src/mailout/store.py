@@ -66,12 +66,15 @@ class Stored:
     content: Mapping[str, Any]
 
 
-def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict[str, Stored]:
+def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
+                    notify: bool = False) -> dict[str, Stored]:
     """Insert ``rows``, skipping keys that already exist; map every key to its row.
 
     The insert is ``ON CONFLICT DO NOTHING`` on the key, so two transactions racing
     on one key end with one row: the second waits for the first to commit, then
-    finds its row. Duplicates within ``rows`` keep the first.
+    finds its row. Duplicates within ``rows`` keep the first. With ``notify``,
+    workers are woken on commit (see :func:`notify`); on PostgreSQL the NOTIFY rides
+    in the INSERT statement itself, saving the round trip.
     """
     first: dict[str, Mapping[str, Any]] = {}
     for row in rows:
@@ -83,13 +86,17 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict
             # One statement and one parameter whatever the batch size: SQLAlchemy's
             # multi-VALUES batches make psycopg parse a new query text of thousands of
             # placeholders each time.
-            result = conn.execute(_INSERT_PG, _insert_rows(params))
+            stmt_pg = _INSERT_NOTIFY_PG if notify else _INSERT_PG
+            result = conn.execute(stmt_pg, _insert_rows(params))
+            notify = False
         else:
             stmt = _insert_statement(conn.dialect.name)
             # One row goes as a plain execute: executemany costs more than it saves.
             result = conn.execute(stmt, params[0] if len(params) == 1 else params)
         for rid, key, mid in result:
             created[key] = Stored(rid, mid, True, first[key])
+    if notify:
+        notify_queues(conn, {first[k]["queue"] for k in created})
     missing = [k for k in first if k not in created]
     if missing:
         cols = [messages.c.id, messages.c.idempotency_key, messages.c.message_id]
@@ -149,6 +156,16 @@ ORDER BY v.ord
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, idempotency_key, message_id
 """)  # noqa: S608 - only this module's constants are interpolated; values are bound
+
+NOTIFY_CHANNEL = "mailout"  # mailout.wakeup listens here; the payload is the queue
+
+# The same, waking workers: pg_notify runs once per inserted row, and PostgreSQL
+# folds identical notifications of one transaction into one.
+_INSERT_NOTIFY_PG = text(f"""
+WITH ins AS ({_INSERT_PG.text.strip()}, queue)
+SELECT ins.id, ins.idempotency_key, ins.message_id
+FROM ins, LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', ins.queue)) AS n
+""")  # noqa: S608 - as above
 
 
 def _insert_rows(params: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -617,10 +634,7 @@ def next_due_in(conn: Connection, queues: Sequence[str] | None = None,
     return max(0.0, (at - now).total_seconds())
 
 
-NOTIFY_CHANNEL = "mailout"  # mailout.wakeup listens here; the payload is the queue
-
-
-def notify(conn: Connection, queues: Iterable[str]) -> None:
+def notify_queues(conn: Connection, queues: Iterable[str]) -> None:
     """Wake workers serving ``queues`` when the caller's transaction commits.
 
     PostgreSQL only (elsewhere workers poll). NOTIFY is transactional: nothing is
