@@ -224,7 +224,7 @@ def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     return and_(due, *_filters(queues, exclude, exclude_templates))
 
 
-def _due_cte(limit: int, filters: list[ColumnElement[bool]]) -> Any:
+def _due_cte(limit: Any, filters: list[ColumnElement[bool]]) -> Any:
     """PostgreSQL's due rows: expired leases first, then pending rows in index order.
 
     Two branches, each an index scan that stops at ``limit`` (the partial indexes
@@ -269,7 +269,12 @@ def claim(
     For a reclaimed row the abandoned attempt is logged as ``unknown``: nobody knows
     whether the server got it. Commit promptly: on SQLite the claim holds the write lock.
     """
-    token = str(uuid.uuid4())
+    params = {"owner": owner, "token": str(uuid.uuid4()), "lease": lease_seconds,
+              "limit": limit}
+    if conn.dialect.name == "postgresql":
+        stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates))
+        rows = [dict(r._mapping) for r in conn.execute(stmt, params)]
+        return _claimed_rows(conn, rows)
     candidates = (
         select(
             messages.c.id,
@@ -281,36 +286,47 @@ def claim(
         .order_by(messages.c.priority.desc(), messages.c.next_attempt_at, messages.c.id)
         .limit(limit)
     )
-    lease = {
-        "status": Status.SENDING.value,
-        "attempts": messages.c.attempts + 1,
-        # SET sees the old row: a row still "sending" was abandoned mid-attempt.
-        "unknown_attempts": messages.c.unknown_attempts
-        + case((messages.c.status == Status.SENDING.value, 1), else_=0),
-        "lease_owner": owner,
-        "lease_token": token,
-        "lease_expires_at": db_now_plus(bindparam("lease", lease_seconds, Float)),
-        "first_attempt_at": func.coalesce(messages.c.first_attempt_at, db_now()),
-        "last_attempt_at": db_now(),
-    }
-    if conn.dialect.name == "postgresql":
-        due = _due_cte(limit, _filters(queues, exclude_queues, exclude_templates))
-        stmt = (
-            update(messages)
-            .where(messages.c.id == due.c.id)
-            .values(lease)
-            .returning(messages, due.c.prev_status, due.c.prev_owner, due.c.prev_started)
-        )
-        rows = [dict(r._mapping) for r in conn.execute(stmt)]
-    else:
-        # SQLite: the transaction holds the database write lock (BEGIN IMMEDIATE), so
-        # reading the candidates and then updating them cannot race another claimer.
-        prev = {r.id: r for r in conn.execute(candidates)}
-        if not prev:
-            return []
-        plain = update(messages).where(messages.c.id.in_(list(prev))).values(lease)
-        updated = conn.execute(plain.returning(messages))
-        rows = [{**r._mapping, **prev[r.id]._mapping} for r in updated]
+    # SQLite: the transaction holds the database write lock (BEGIN IMMEDIATE), so
+    # reading the candidates and then updating them cannot race another claimer.
+    prev = {r.id: r for r in conn.execute(candidates)}
+    if not prev:
+        return []
+    plain = update(messages).where(messages.c.id.in_(list(prev))).values(_LEASE)
+    updated = conn.execute(plain.returning(messages), params)
+    return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
+
+
+# What a claim writes; the bind parameters are the claim's owner, token and lease.
+_LEASE: dict[str, Any] = {
+    "status": Status.SENDING.value,
+    "attempts": messages.c.attempts + 1,
+    # SET sees the old row: a row still "sending" was abandoned mid-attempt.
+    "unknown_attempts": messages.c.unknown_attempts
+    + case((messages.c.status == Status.SENDING.value, 1), else_=0),
+    "lease_owner": bindparam("owner", type_=String),
+    "lease_token": bindparam("token", type_=String),
+    "lease_expires_at": db_now_plus(bindparam("lease", type_=Float)),
+    "first_attempt_at": func.coalesce(messages.c.first_attempt_at, db_now()),
+    "last_attempt_at": db_now(),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
+              exclude_templates: tuple[str, ...]) -> Any:
+    """The PostgreSQL claim for one lane's filters, built once: building the
+    statement cost more CPU than running it."""
+    due = _due_cte(bindparam("limit", type_=Integer),
+                   _filters(queues, exclude, exclude_templates))
+    return (
+        update(messages)
+        .where(messages.c.id == due.c.id)
+        .values(_LEASE)
+        .returning(messages, due.c.prev_status, due.c.prev_owner, due.c.prev_started)
+    )
+
+
+def _claimed_rows(conn: Connection, rows: list[dict[str, Any]]) -> list[ClaimedMessage]:
     claimed = [_claimed(r) for r in rows]
     _log_abandoned(conn, [r for r in rows if r["prev_status"] == Status.SENDING.value])
     claimed.sort(key=lambda m: (-m.priority, m.id))
