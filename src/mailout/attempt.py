@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine
@@ -180,7 +180,8 @@ def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Comp
     )
 
 
-async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Completion:
+async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
+              on_send: Callable[[], None] | None = None) -> Completion:
     """Attempt ``msg`` once and return how it ended. Raises only on cancellation."""
     if msg.reclaimed and ctx.on_unknown is OnUnknown.HOLD:
         return parked(msg, ctx)
@@ -200,6 +201,8 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float) -> Com
                   msg.template, exc.reason)
         return render_failed(msg, ctx, exc)
     started = time.monotonic()
+    if on_send is not None:
+        on_send()  # from here on, a cancelled attempt's outcome is unknown
     outcome = await ctx.transport.send(envelope)
     decision = classify(outcome)
     completion = decide(msg, outcome, decision, ctx=ctx, pause_seconds=pause_seconds)

@@ -8,8 +8,6 @@ import click
 
 from mailout import display, queries, report, store
 
-KINDS = ("queue", "template")
-
 
 def _target(queue: str | None, template: str | None) -> tuple[str, str]:
     if (queue is None) == (template is None):

@@ -48,6 +48,7 @@ class LaneRunner:
         self.lane = lane
         self.ctx = ctx
         self.in_flight: dict[int, InFlight] = {}
+        self._sending: set[int] = set()  # in flight and handed to the transport
         self.wake = asyncio.Event()
         # Queues with a send rate are claimed on their own, so each can be paced. A lane
         # over every queue (no queues named) claims the paced ones apart from the rest.
@@ -145,7 +146,8 @@ class LaneRunner:
             log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
                         "outcome is unknown", msg.id, msg.key)
         task = asyncio.create_task(
-            attempt.run(msg, self.ctx, pause_seconds=self.worker.opts.pause_seconds),
+            attempt.run(msg, self.ctx, pause_seconds=self.worker.opts.pause_seconds,
+                        on_send=functools.partial(self._sending.add, msg.id)),
             name=f"mailout-send-{msg.id}",
         )
         self.in_flight[msg.id] = InFlight(msg, task, time.monotonic())
@@ -153,6 +155,7 @@ class LaneRunner:
 
     def _finished(self, msg: ClaimedMessage, task: asyncio.Task[Completion]) -> None:
         flight = self.in_flight.pop(msg.id, None)
+        self._sending.discard(msg.id)
         self.wake.set()
         if task.cancelled():
             return  # shutdown gave up on it; its lease expires and it is reclaimed
@@ -175,10 +178,25 @@ class LaneRunner:
         log.info("lane %s: waiting up to %.0fs for %d in-flight sends", self.lane.name,
                  grace, len(tasks))
         _done, pending = await asyncio.wait(tasks, timeout=grace)
+        # Rows whose attempt never reached the transport go back to pending at once,
+        # uncharged; those cut off mid-send are left to their lease (outcome unknown).
+        unstarted = [(f.msg.id, f.msg.lease_token) for f in self.in_flight.values()
+                     if f.task in pending and f.msg.id not in self._sending]
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        if unstarted:
+            try:
+                released = await asyncio.to_thread(self._release, unstarted)
+                log.info("lane %s: released %d unstarted rows", self.lane.name, released)
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("could not release %d rows, their leases will expire: %s",
+                            len(unstarted), type(exc).__name__)
+
+    def _release(self, leases: list[tuple[int, str]]) -> int:
+        with self.worker.engine.begin() as conn:
+            return store.release(conn, leases)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

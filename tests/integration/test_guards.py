@@ -168,3 +168,38 @@ def test_pause_and_resume_apply_to_every_worker_process(
         for p in procs:
             p.wait(30)
     assert len(smtp_server.messages) == 11
+
+
+def test_shutdown_releases_rows_that_never_reached_the_transport(
+    engine: Engine, db_url: str, smtp_server: SmtpTestServer, templates: Path
+) -> None:
+    import asyncio
+
+    from mailout.runner import build_worker
+
+    (templates / "slow").mkdir()
+    (templates / "slow" / "subject.txt").write_text("Slow")
+    (templates / "slow" / "text.txt").write_text("Hello")
+    cfg = EnqueueSettings(templates_dir=templates, message_id_domain="x.example.com")
+    with engine.begin() as conn:
+        rid = enqueue(conn, to="a@example.com", template="slow", settings=cfg).id
+    settings = settings_for(db_url, smtp_server, MAILOUT_TEMPLATES=templates,
+                            MAILOUT_CHECKS="tests.support.app_checks:slow_checks",
+                            MAILOUT_SHUTDOWN_GRACE_SECONDS=0.1)
+    worker = build_worker(settings)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.5)  # claimed, its check still running
+        worker.stop()
+        await task
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.alerts.close()
+        worker.engine.dispose()
+    released = row(engine, rid)
+    assert (released["status"], released["attempts"]) == ("pending", 0)
+    assert released["lease_token"] is None
+    assert smtp_server.messages == []

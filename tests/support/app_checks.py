@@ -34,3 +34,13 @@ def broken_check(message: ClaimedMessage, conn: Connection) -> bool:
 
 checks = {"campaign_approved": campaign_still_approved, "flaky": broken_check}
 resolvers = {"account_alert": current_address}
+
+
+def slow_check(message: ClaimedMessage, conn: Connection) -> bool:
+    import time
+
+    time.sleep(1.5)  # still deciding when a short shutdown grace runs out
+    return True
+
+
+slow_checks = {"slow": slow_check}
