@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -112,7 +111,8 @@ def make_message_id(domain: str | None) -> str:
     keeps it globally unique.
     """
     host = domain or socket.getfqdn() or "localhost"
-    return f"<{uuid.uuid4().hex}@{host}>"
+    # The same os.urandom(16) a uuid4 draws, without building a UUID object around it.
+    return f"<{os.urandom(16).hex()}@{host}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +145,7 @@ def _validated_row(
     ``templates`` remembers checked template names (name and schema version) for
     the rest of one :func:`enqueue_many` call.
     """
+    params_size = 0
     has_content = msg.subject is not None or msg.text is not None or msg.html is not None
     if msg.template is None and not has_content:
         raise InvalidMessage("template", "give a template, or a subject with text or html")
@@ -180,7 +181,7 @@ def _validated_row(
             if templates is not None:
                 templates[msg.template] = checked
         row["template"], row["schema_version"] = checked
-        row["params"] = validate.params({} if msg.params is None else msg.params)
+        row["params"], params_size = validate.params({} if msg.params is None else msg.params)
     else:
         if msg.params is not None:
             raise InvalidMessage("params", "params need a template")
@@ -191,8 +192,8 @@ def _validated_row(
         row["body_text"] = None if msg.text is None else validate.text("text", msg.text)
         row["body_html"] = None if msg.html is None else validate.text("html", msg.html)
     validate.size(
-        {k: row[k] for k in ("params", "subject", "body_text", "body_html", "headers")},
-        settings.max_message_bytes,
+        {k: row[k] for k in ("subject", "body_text", "body_html", "headers")},
+        settings.max_message_bytes, extra=params_size,
     )
     row.update(_schedule(msg, settings))
     row["message_id"] = make_message_id(settings.message_id_domain)

@@ -169,10 +169,16 @@ FROM ins, LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', ins.queue)) AS n
 
 
 def _insert_rows(params: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    rows = [{**{c: p[c] for c in _ROW_TYPES if c != "ord"}, "ord": i}
+    """The batch as the one JSON parameter of _INSERT_PG.
+
+    A key left out is SQL NULL to jsonb_to_recordset(), so None values are left
+    out: most columns of a typical row are NULL, and this nearly halves the bytes
+    to encode, send and parse.
+    """
+    rows = [{"ord": i, **{k: v for k, v in p.items() if v is not None}}
             for i, p in enumerate(params)]
-    # JSON null is SQL NULL for a jsonb column here: none_as_null, as the column type.
-    return {"rows": json.dumps(rows, ensure_ascii=False, default=_json_default)}
+    return {"rows": json.dumps(rows, ensure_ascii=False, separators=(",", ":"),
+                               default=_json_default)}
 
 
 @functools.cache
