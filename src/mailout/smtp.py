@@ -7,6 +7,9 @@ the :class:`Stage` where it happened. Choices worth knowing:
   gives ``Failure.TLS`` at ``Stage.STARTTLS`` (no reply). A negative reply to the
   STARTTLS command is a ``Failure.REPLY`` there, and the EHLO repeated inside the
   TLS session also counts as ``Stage.STARTTLS``.
+* MAIL, RCPT and DATA go out in one write when the server offers PIPELINING
+  (RFC 2920), and one at a time otherwise. Either way the outcome names the stage
+  of the first negative reply; nothing of the content has left at that point.
 * The DATA phase is driven by hand (aiosmtplib's ``data()`` hides where it
   failed): ``Stage.DATA`` covers the DATA command up to the 354 and also a
   connection already found closed right after the 354, before any content was
@@ -37,13 +40,11 @@ from typing import Any, Final
 import aiosmtplib
 from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import (
-    SMTPDataError,
     SMTPException,
-    SMTPRecipientRefused,
     SMTPResponseException,
-    SMTPSenderRefused,
     SMTPServerDisconnected,
 )
+from aiosmtplib.protocol import SMTPProtocol
 
 from mailout import smtpcodes
 from mailout.transport import Envelope, Failure, Reply, SendOutcome, Stage
@@ -169,12 +170,10 @@ class SmtpTransport:
 
     async def _deliver(self, attempt: _Attempt, envelope: Envelope) -> SendOutcome:
         smtp = await self._pooled(attempt)
-        if smtp is None or not await _mail_from(smtp, envelope, attempt, pooled=True):
+        if smtp is None or not await _transaction(smtp, envelope, attempt, pooled=True):
             smtp = await self._open(attempt)
-            await _mail_from(smtp, envelope, attempt)
-        attempt.stage = Stage.RCPT
-        await _command(smtp, b"RCPT", envelope.rcpt_to, [], _needs_utf8(envelope))
-        return await _data(smtp, envelope.data, attempt)
+            await _transaction(smtp, envelope, attempt)
+        return await _content(smtp, envelope.data, attempt)
 
     async def _pooled(self, attempt: _Attempt) -> aiosmtplib.SMTP | None:
         """An idle connection in a clean state (RSET if needed), if there is one."""
@@ -254,50 +253,143 @@ async def check_connection(settings: SmtpSettings) -> SendOutcome:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f<>]")
+# What each command of a transaction must get back to go on.
+_EXPECTED: Final = (
+    (Stage.MAIL, (smtpcodes.OK,)),
+    (Stage.RCPT, (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD)),
+    (Stage.DATA, (smtpcodes.START_MAIL_INPUT,)),
+)
 
 
-async def _command(smtp: aiosmtplib.SMTP, verb: bytes, address: str, options: list[str],
-                   utf8: bool) -> SMTPResponse:
-    """MAIL FROM or RCPT TO for an address mailout validated at enqueue.
-
-    Sent as a raw command: aiosmtplib's mail()/rcpt() parse the address again twice
-    per message, which showed in profiles. Control characters and angle brackets are
-    still refused here, so nothing can smuggle a second command.
-    """
-    if _CONTROL.search(address):
-        raise ValueError(f"address {address!r} has a control character")
-    prefix = b"FROM:<" if verb == b"MAIL" else b"TO:<"
-    arg = prefix + address.encode("utf-8" if utf8 else "ascii") + b">"
-    response = await smtp.execute_command(verb, arg, *(o.encode("ascii") for o in options))
-    if verb == b"MAIL" and response.code != smtpcodes.OK:
-        raise SMTPSenderRefused(response.code, response.message, address)
-    accepted = (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD)
-    if verb == b"RCPT" and response.code not in accepted:
-        raise SMTPRecipientRefused(response.code, response.message, address)
-    return response
-
-
-def _needs_utf8(envelope: Envelope) -> bool:
-    return not (envelope.mail_from.isascii() and envelope.rcpt_to.isascii())
-
-
-async def _mail_from(
+async def _transaction(
     smtp: aiosmtplib.SMTP, envelope: Envelope, attempt: _Attempt, *, pooled: bool = False
 ) -> bool:
-    """MAIL FROM. False if a pooled connection proved dead: nothing of the message was sent."""
-    attempt.stage = Stage.MAIL
-    utf8 = _needs_utf8(envelope)
-    options = ["SMTPUTF8"] if utf8 and smtp.supports_extension("smtputf8") else []
-    if not envelope.data.isascii() and smtp.supports_extension("8bitmime"):
-        options.append("BODY=8BITMIME")
+    """MAIL FROM, RCPT TO and DATA, up to the server's 354.
+
+    Pipelined when the server offers PIPELINING: the three commands leave in one
+    write and the replies are read in order; otherwise each waits for the one before.
+    A negative reply raises it (SMTPResponseException) at its stage. False if a
+    pooled connection proved dead before its first reply: nothing was done there,
+    so the caller opens a new connection.
+    """
+    commands = _commands(smtp, envelope)
+    pipelined = smtp.supports_extension("pipelining")
     try:
-        await _command(smtp, b"MAIL", envelope.mail_from, options, utf8)
+        if pipelined:
+            replies = await _pipelined(smtp, commands, attempt)
+        else:
+            replies = await _one_by_one(smtp, commands, attempt)
     except ConnectionError:  # e.g. the server closed it while idle, unnoticed until now
-        if not pooled:
+        if not (pooled and attempt.stage is Stage.MAIL):
             raise
         _discard(smtp)
         return False
+    for (stage, accepted), reply in zip(_EXPECTED, replies, strict=False):
+        if reply.code not in accepted:
+            attempt.stage = stage
+            if stage is not Stage.DATA and replies[-1].code == smtpcodes.START_MAIL_INPUT:
+                await _abandon_data(smtp)
+            raise SMTPResponseException(reply.code, reply.message)
     return True
+
+
+def _commands(smtp: aiosmtplib.SMTP, envelope: Envelope) -> list[bytes]:
+    """The MAIL, RCPT and DATA lines for addresses mailout validated at enqueue.
+
+    Written raw: aiosmtplib's mail()/rcpt() parse each address again, which showed
+    in profiles. Control characters and angle brackets are still refused here
+    (ValueError), so nothing can smuggle in a command of its own.
+    """
+    utf8 = not (envelope.mail_from.isascii() and envelope.rcpt_to.isascii())
+    options = b" SMTPUTF8" if utf8 and smtp.supports_extension("smtputf8") else b""
+    if not envelope.data.isascii() and smtp.supports_extension("8bitmime"):
+        options += b" BODY=8BITMIME"
+    charset = "utf-8" if utf8 else "ascii"
+    lines = []
+    for prefix, address in ((b"MAIL FROM:<", envelope.mail_from),
+                            (b"RCPT TO:<", envelope.rcpt_to)):
+        if _CONTROL.search(address):
+            raise ValueError(f"address {address!r} has a control character")
+        lines.append(prefix + address.encode(charset) + b">")
+    return [lines[0] + options + b"\r\n", lines[1] + b"\r\n", b"DATA\r\n"]
+
+
+def _protocol(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
+    protocol = smtp.protocol
+    if protocol is None or not protocol.is_connected:
+        raise SMTPServerDisconnected("Connection lost")
+    return protocol
+
+
+async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
+                      attempt: _Attempt) -> list[SMTPResponse]:
+    """Each command after a positive reply to the one before; stops at a negative one."""
+    replies: list[SMTPResponse] = []
+    for (stage, accepted), command in zip(_EXPECTED, commands, strict=True):
+        attempt.stage = stage
+        protocol = _protocol(smtp)
+        protocol._response_pending = True  # as aiosmtplib's execute_command does
+        protocol.write(command)
+        replies.append(await _next_reply(protocol))
+        if replies[-1].code not in accepted:
+            break
+    return replies
+
+
+async def _pipelined(smtp: aiosmtplib.SMTP, commands: list[bytes],
+                     attempt: _Attempt) -> list[SMTPResponse]:
+    """All commands in one write, then their replies in order (RFC 2920).
+
+    After a negative reply the server may close (421) or stay silent: the replies
+    still owed are then given up and the connection closed, since it is out of step.
+    """
+    protocol = _protocol(smtp)
+    protocol._response_pending = True
+    attempt.stage = Stage.MAIL
+    protocol.write(b"".join(commands))
+    replies: list[SMTPResponse] = []
+    refused = False
+    for stage, accepted in _EXPECTED:
+        attempt.stage = stage
+        try:
+            replies.append(await _next_reply(protocol))
+        except (SMTPException, OSError):
+            if not refused:
+                raise
+            _discard(smtp)
+            break
+        refused = refused or replies[-1].code not in accepted
+    return replies
+
+
+async def _next_reply(protocol: SMTPProtocol) -> SMTPResponse:
+    """The next reply on ``protocol``.
+
+    aiosmtplib parses one reply per read and keeps the rest of what arrived in its
+    buffer, where later pipelined replies can already be waiting. Called in the same
+    step as the previous read returned, so no data can arrive unnoticed in between.
+    """
+    protocol._response_pending = True
+    buffered = protocol._read_response_from_buffer()
+    if buffered is not None:
+        return buffered
+    return await protocol.read_response()
+
+
+async def _abandon_data(smtp: aiosmtplib.SMTP) -> None:
+    """End a DATA the server accepted with no recipient: a lone "." (RFC 2920 3.1).
+
+    The server must deliver nothing; if it does not answer, the connection goes.
+    """
+    log.warning("SMTP server accepted DATA after refusing the recipient; sent an empty "
+                "message to close the transaction")
+    try:
+        protocol = _protocol(smtp)
+        protocol._response_pending = True
+        protocol.write(b".\r\n")
+        await _next_reply(protocol)
+    except (SMTPException, OSError):
+        _discard(smtp)
 
 
 async def _authenticate(smtp: aiosmtplib.SMTP, username: str, password: str) -> SMTPResponse:
@@ -308,12 +400,9 @@ async def _authenticate(smtp: aiosmtplib.SMTP, username: str, password: str) -> 
     return await methods[mechanism](username, password)
 
 
-async def _data(smtp: aiosmtplib.SMTP, data: bytes, attempt: _Attempt) -> SendOutcome:
-    """DATA, 354, content and ".", final reply, tracking whether content left us."""
+async def _content(smtp: aiosmtplib.SMTP, data: bytes, attempt: _Attempt) -> SendOutcome:
+    """After the 354: content and ".", and the final reply, tracking whether content left."""
     attempt.stage = Stage.DATA
-    start = await smtp.execute_command(b"DATA")
-    if start.code != smtpcodes.START_MAIL_INPUT:
-        raise SMTPDataError(start.code, start.message)
     protocol = smtp.protocol
     # Let events that arrived with the 354 (a close) be processed before writing.
     for _ in range(2):
@@ -324,7 +413,7 @@ async def _data(smtp: aiosmtplib.SMTP, data: bytes, attempt: _Attempt) -> SendOu
     attempt.stage = Stage.BODY
     protocol._response_pending = True  # as execute_data_command: a reply is now due
     protocol.write(_wire_content(data))
-    reply = _reply(await protocol.read_response())
+    reply = _reply(await _next_reply(protocol))
     if reply.code // 100 == smtpcodes.POSITIVE:
         return SendOutcome(Stage.BODY, reply=reply)
     return SendOutcome(Stage.BODY, reply=reply, failure=Failure.REPLY)

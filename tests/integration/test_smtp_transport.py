@@ -6,7 +6,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from email.utils import make_msgid
 
 import pytest
@@ -35,6 +35,14 @@ def envelope(rcpt: str = "alice@example.com", sender: str = SENDER) -> Envelope:
         "Idempotency-Key: key-1\r\n\r\nHello.\r\n.a line starting with a dot\r\n.\r\nbye\r\n"
     ).encode()
     return Envelope(mail_from=sender, rcpt_to=rcpt, data=data, message_id=message_id)
+
+
+@pytest.fixture(params=[True, False], ids=["pipelined", "one-by-one"])
+def smtp_server(request: pytest.FixtureRequest) -> Iterator[SmtpTestServer]:
+    """Every test here runs against a server with and without PIPELINING: the
+    outcomes and their stages must not depend on it."""
+    with SmtpTestServer(pipelining=request.param) as server:
+        yield server
 
 
 @pytest.fixture
@@ -166,6 +174,40 @@ async def test_451_at_mail_then_connection_is_reset_and_reused(
     assert (await transport.send(envelope())).accepted
     assert smtp_server.connections == 1  # RSET, not a new connection
     assert len(smtp_server.messages) == 1
+
+
+async def test_421_at_mail_discards_the_connection(
+    smtp_server: SmtpTestServer, transport: SmtpTransport
+):
+    # Pipelined, RCPT and DATA were already sent: their replies never come, and
+    # the outcome is still the MAIL reply.
+    outcome = await transport.send(envelope(sender="mail-421@mailout.test"))
+    assert_reply(outcome, Stage.MAIL, smtpcodes.SERVICE_NOT_AVAILABLE, "4.3.2")
+
+    assert (await transport.send(envelope())).accepted
+    assert smtp_server.connections == 2
+
+
+async def test_commands_are_pipelined_only_when_offered(
+    smtp_server: SmtpTestServer, transport: SmtpTransport
+):
+    for i in range(3):
+        assert (await transport.send(envelope(f"p{i}@example.com"))).accepted
+    assert smtp_server.pipelined == (3 if smtp_server.pipelining else 0)
+    assert len(smtp_server.messages) == 3
+
+
+async def test_data_accepted_after_refused_recipient_gets_a_lone_dot(
+    smtp_server: SmtpTestServer, transport: SmtpTransport
+):
+    smtp_server.data_without_rcpt = True
+    outcome = await transport.send(envelope("rcpt-550@example.com"))
+    assert_reply(outcome, Stage.RCPT, smtpcodes.MAILBOX_UNAVAILABLE, "5.1.1")
+    # Only a pipelining client has sent DATA by then; it must end it with no content.
+    assert smtp_server.empty_data == (1 if smtp_server.pipelining else 0)
+    assert smtp_server.messages == []
+    assert (await transport.send(envelope())).accepted
+    assert smtp_server.connections == 1
 
 
 async def test_550_at_rcpt_has_enhanced_code(smtp_server: SmtpTestServer, transport: SmtpTransport):

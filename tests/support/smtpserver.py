@@ -44,11 +44,15 @@ Server-wide switches (they apply to connections opened afterwards): ``greeting``
 (e.g. ``"421 4.3.2 Try later"``: sent instead of the 220, then the connection is
 closed), ``auth`` ((user, password) required before MAIL; wrong credentials get
 ``535 5.7.8``), ``auth_require_tls`` (False allows AUTH without TLS),
-``tls_context`` (offer STARTTLS; with ``implicit_tls=True`` at construction, TLS
-from the first byte instead), ``require_starttls``, ``dedup`` (a message whose
-Message-ID or Idempotency-Key header was already accepted gets 250 but is not
-recorded again) and ``slow_delay``. :meth:`~SmtpTestServer.stop_listening` and
-:meth:`~SmtpTestServer.start_listening` simulate an outage on the same port.
+``pipelining`` (offer PIPELINING, on by default; ``server.pipelined`` counts
+the MAIL commands that arrived together with their RCPT), ``data_without_rcpt``
+(answer DATA with 354 although every recipient was refused; ``server.empty_data``
+counts the lone dots that follow), ``tls_context`` (offer STARTTLS; with
+``implicit_tls=True`` at construction, TLS from the first byte instead),
+``require_starttls``, ``dedup`` (a message whose Message-ID or Idempotency-Key
+header was already accepted gets 250 but is not recorded again) and ``slow_delay``.
+:meth:`~SmtpTestServer.stop_listening` and :meth:`~SmtpTestServer.start_listening`
+simulate an outage on the same port.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 from mailout.transport import Stage
 
 _T = TypeVar("_T")
+NO_RECIPIENT = "<no valid recipient>"  # see SmtpTestServer.data_without_rcpt
 
 DEFAULT_TEXTS = {
     421: "4.3.2 Service shutting down",
@@ -176,6 +181,7 @@ class SmtpTestServer:
         dedup: bool = False,
         slow_delay: float = 2.0,
         ca_file: Path | None = None,
+        pipelining: bool = True,
     ) -> None:
         self.host = host
         self.port = port
@@ -187,6 +193,14 @@ class SmtpTestServer:
         self.dedup = dedup
         self.slow_delay = slow_delay
         self.ca_file = ca_file  # the CA a client must trust (set by the fixtures)
+        # Offer PIPELINING in EHLO, as Postfix, Exim and the big providers do;
+        # ``pipelined`` counts MAIL commands that arrived with their RCPT behind them.
+        self.pipelining = pipelining
+        self.pipelined = 0
+        # Misbehave as RFC 2920 3.1 warns: answer DATA with 354 although every
+        # recipient was refused. ``empty_data`` counts the lone "." that then came.
+        self.data_without_rcpt = False
+        self.empty_data = 0
         self.greeting: str | None = None
         # Hooks for crash and chaos tests. ``fault_hook(addresses, stage)`` picks a fault
         # when no rule or token did; ``before_reply(message)`` runs (in a thread) after a
@@ -267,7 +281,7 @@ class SmtpTestServer:
             self._seen.clear()
             self._rules.clear()
             self._token_rules.clear()
-            self.connections = self.dedup_hits = self.faults_fired = 0
+            self.connections = self.dedup_hits = self.faults_fired = self.pipelined = 0
 
     # -- faults ----------------------------------------------------------------
 
@@ -429,6 +443,9 @@ class _FaultySMTP(SMTP):
 
     async def smtp_DATA(self, arg: str | None) -> None:
         envelope, session = self.envelope, self.session
+        if self.owner.data_without_rcpt and envelope and envelope.mail_from \
+                and not envelope.rcpt_tos:
+            envelope.rcpt_tos.append(NO_RECIPIENT)  # gets aiosmtpd past its own check
         ready = not arg and envelope and envelope.rcpt_tos and session and session.host_name
         fault = self.owner._fault_for(envelope.rcpt_tos, Stage.DATA) if envelope and ready else None
         if fault is None:
@@ -498,9 +515,23 @@ class _Handler:
     def __init__(self, owner: SmtpTestServer) -> None:
         self.owner = owner
 
+    async def handle_EHLO(
+        self, server: _FaultySMTP, session: Any, envelope: Any, hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname  # this hook's duty in aiosmtpd's EHLO protocol
+        if self.owner.pipelining:
+            responses.insert(-1, "250-PIPELINING")
+        return responses
+
     async def handle_MAIL(
         self, server: _FaultySMTP, session: Any, envelope: Any, address: str, options: list[str]
     ) -> str:
+        # What the client sent after MAIL is already read when MAIL is handled only if
+        # it did not wait for this reply (aiosmtpd's stream buffer; test-side only).
+        if b"RCPT TO" in bytes(getattr(server._reader, "_buffer", b"")).upper():
+            with self.owner._lock:
+                self.owner.pipelined += 1
         if self.owner.auth is not None and not session.authenticated:
             return "530 5.7.0 Authentication required"
         fault = self.owner._fault_for([address], Stage.MAIL)
@@ -523,6 +554,10 @@ class _Handler:
         return "250 2.1.5 OK"
 
     async def handle_DATA(self, server: _FaultySMTP, session: Any, envelope: Any) -> str:
+        if envelope.rcpt_tos == [NO_RECIPIENT]:
+            with self.owner._lock:
+                self.owner.empty_data += not envelope.original_content
+            return "554 5.5.1 No valid recipients"
         fault = self.owner._fault_for(envelope.rcpt_tos, Stage.BODY)
         queued, received = "not-recorded", None
         if fault is None or (fault.deliver and (fault.code or 250) < 400):
