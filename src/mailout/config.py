@@ -126,6 +126,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "smtp_timeout": ("SMTP_TIMEOUT", _number(float, minimum=0, strict=True), 30.0),
     "smtp_ca_file": ("SMTP_CA_FILE", _text, None),
     "smtp_pool_size": ("SMTP_POOL_SIZE", _number(int, minimum=1), None),
+    "smtp_pipelining": ("SMTP_PIPELINING", _bool, True),
 }
 
 ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
@@ -168,6 +169,7 @@ class Settings:
     smtp_timeout: float
     smtp_ca_file: str | None
     smtp_pool_size: int | None  # None: one connection per concurrent send
+    smtp_pipelining: bool  # False ignores a server's PIPELINING (one it gets wrong)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -205,6 +207,7 @@ class Settings:
             timeout=self.smtp_timeout,
             ca_file=self.smtp_ca_file,
             pool_size=self.smtp_pool_size or self.concurrency,
+            pipelining=self.smtp_pipelining,
         )
 
 

@@ -87,6 +87,7 @@ class SmtpSettings:
     ca_file: str | Path | None = None  # extra CA bundle to trust
     local_hostname: str | None = None  # the EHLO name; the machine's FQDN if None
     pool_size: int = 4
+    pipelining: bool = True  # use PIPELINING when offered; False for a server that breaks it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tls", TlsMode(self.tls))
@@ -170,9 +171,11 @@ class SmtpTransport:
 
     async def _deliver(self, attempt: _Attempt, envelope: Envelope) -> SendOutcome:
         smtp = await self._pooled(attempt)
-        if smtp is None or not await _transaction(smtp, envelope, attempt, pooled=True):
+        pipelining = self._settings.pipelining
+        if smtp is None or not await _transaction(smtp, envelope, attempt, pipelining,
+                                                  pooled=True):
             smtp = await self._open(attempt)
-            await _transaction(smtp, envelope, attempt)
+            await _transaction(smtp, envelope, attempt, pipelining)
         return await _content(smtp, envelope.data, attempt)
 
     async def _pooled(self, attempt: _Attempt) -> aiosmtplib.SMTP | None:
@@ -262,18 +265,19 @@ _EXPECTED: Final = (
 
 
 async def _transaction(
-    smtp: aiosmtplib.SMTP, envelope: Envelope, attempt: _Attempt, *, pooled: bool = False
+    smtp: aiosmtplib.SMTP, envelope: Envelope, attempt: _Attempt, pipelining: bool,
+    *, pooled: bool = False,
 ) -> bool:
     """MAIL FROM, RCPT TO and DATA, up to the server's 354.
 
-    Pipelined when the server offers PIPELINING: the three commands leave in one
+    With ``pipelining``, and when the server offers it: the three commands leave in one
     write and the replies are read in order; otherwise each waits for the one before.
     A negative reply raises it (SMTPResponseException) at its stage. False if a
     pooled connection proved dead before its first reply: nothing was done there,
     so the caller opens a new connection.
     """
     commands = _commands(smtp, envelope)
-    pipelined = smtp.supports_extension("pipelining")
+    pipelined = pipelining and smtp.supports_extension("pipelining")
     try:
         if pipelined:
             replies = await _pipelined(smtp, commands, attempt)

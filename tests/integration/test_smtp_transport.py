@@ -197,6 +197,17 @@ async def test_commands_are_pipelined_only_when_offered(
     assert len(smtp_server.messages) == 3
 
 
+async def test_pipelining_can_be_switched_off(smtp_server: SmtpTestServer):
+    smtp = SmtpTransport(smtp_settings_for(smtp_server, pipelining=False))
+    try:
+        for i in range(2):
+            assert (await smtp.send(envelope(f"p{i}@example.com"))).accepted
+    finally:
+        await smtp.close()
+    assert smtp_server.pipelined == 0
+    assert len(smtp_server.messages) == 2
+
+
 async def test_data_accepted_after_refused_recipient_gets_a_lone_dot(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):

@@ -22,6 +22,8 @@ def test_defaults() -> None:
     assert s.smtp().port == 587
     assert s.smtp().tls is TlsMode.STARTTLS
     assert config.load(env={**BASE, "SMTP_PORT": "465"}).smtp().tls is TlsMode.IMPLICIT
+    assert s.smtp().pipelining is True
+    assert config.load(env={**BASE, "SMTP_PIPELINING": "off"}).smtp().pipelining is False
 
 
 def test_overrides_beat_the_environment() -> None:
@@ -39,6 +41,7 @@ def test_the_password_is_never_in_repr() -> None:
     ("env", "setting"),
     [
         ({"MAILOUT_LEASE_SECONDS": "-5"}, "MAILOUT_LEASE_SECONDS"),
+        ({"SMTP_PIPELINING": "sometimes"}, "SMTP_PIPELINING"),
         ({"MAILOUT_LEASE_SECONDS": "soon"}, "MAILOUT_LEASE_SECONDS"),
         ({"MAILOUT_LEASE_SECONDS": "10", "SMTP_TIMEOUT": "30"}, "MAILOUT_LEASE_SECONDS"),
         ({"MAILOUT_RETRY_BASE_SECONDS": "0"}, "MAILOUT_RETRY_BASE_SECONDS"),
