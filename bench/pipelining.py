@@ -84,7 +84,7 @@ async def _run(args: argparse.Namespace, sink_port: int, envelopes: list[Envelop
     port = relay.sockets[0].getsockname()[1]
     print(f"{args.n} messages, {args.concurrency} connections, "
           f"{2 * args.delay:g} ms round trip added by the relay")
-    rates = {}
+    rates: dict[bool, list[float]] = {}
     for pipelining in (False, True, False, True):  # twice each, interleaved
         rate = await _send_all(port, envelopes, args.concurrency, pipelining)
         rates.setdefault(pipelining, []).append(rate)
