@@ -370,8 +370,9 @@ async def _next_reply(protocol: SMTPProtocol) -> SMTPResponse:
     """The next reply on ``protocol``.
 
     aiosmtplib parses one reply per read and keeps the rest of what arrived in its
-    buffer, where later pipelined replies can already be waiting. Called in the same
-    step as the previous read returned, so no data can arrive unnoticed in between.
+    buffer, where later pipelined replies can already be waiting. It drops data that
+    arrives while no reply is due, so a pipelined group is read back to back: no
+    await between one reply's return and the call for the next.
     """
     protocol._response_pending = True
     buffered = protocol._read_response_from_buffer()
