@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import store, validate
+from mailout import outbox, validate
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
 from mailout.guards import template_schema
 from mailout.lanes import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
@@ -219,7 +219,7 @@ def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
 
 
 def _differing(existing: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(col for col in store.CONTENT_COLUMNS if existing[col] != row[col])
+    return tuple(col for col in outbox.CONTENT_COLUMNS if existing[col] != row[col])
 
 
 def enqueue_many(
@@ -240,7 +240,7 @@ def enqueue_many(
     templates: dict[str, tuple[str, int | None]] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
-    stored = store.insert_messages(connection, rows, notify=settings.notify)
+    stored = outbox.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
     for row in rows:
         hit = stored[row["idempotency_key"]]

@@ -6,6 +6,7 @@ checks that the two agree.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -237,3 +238,11 @@ def _plus_sqlite(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
 def _plus_mysql(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     secs = compiler.process(element.seconds, **kw)
     return f"TIMESTAMPADD(MICROSECOND, CAST({secs} * 1000000 AS SIGNED), UTC_TIMESTAMP(6))"
+
+
+def json_default(value: object) -> str:
+    """``json.dumps`` default for batch parameters: a timestamp travels as ISO 8601,
+    which PostgreSQL's jsonb_to_recordset() reads back into a timestamptz column."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot send {type(value).__name__} as JSON")

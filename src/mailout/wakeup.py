@@ -19,11 +19,11 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from mailout import store
+from mailout import outbox
 
 log = logging.getLogger("mailout.worker")
 
-CHANNEL = store.NOTIFY_CHANNEL
+CHANNEL = outbox.NOTIFY_CHANNEL
 RECONNECT_MAX = 30.0
 
 
