@@ -193,10 +193,11 @@ def encode_body(content: str) -> tuple[str, bytes]:
 
 def _quoted_printable(data: bytes) -> bytes:
     """Quoted-printable with CRLF line ends and no line over 76 octets."""
-    if not data.translate(None, _QP_LITERAL) and b" \n" not in data and b"\t\n" not in data:
-        # Printable ASCII with no whitespace before a line end (the common case for
-        # generated text and HTML): only "=" needs escaping.
-        lines = data.replace(b"=", b"=3D").split(b"\n")
+    if not data.translate(None, _QP_LITERAL):
+        # Printable ASCII, tabs and line ends (the common case for generated text and
+        # HTML): only "=" and whitespace at a line end need escaping (RFC 2045 6.7).
+        escaped = data.replace(b"=", b"=3D")
+        lines = escaped.replace(b" \n", b"=20\n").replace(b"\t\n", b"=09\n").split(b"\n")
     else:
         # istext: "\n" stays a hard line break; with only "\n" in the input every
         # break comes out as "\n" (soft ones as "=\n").

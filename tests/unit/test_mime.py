@@ -94,6 +94,8 @@ def check_wire_format(data: bytes) -> None:
     assert max(len(line) for line in lines) <= 998
     body = data.partition(b"\r\n\r\n")[2]
     assert max(len(line) for line in body.split(b"\r\n")) <= 76
+    # Relays may strip whitespace at a line end: quoted-printable must encode it.
+    assert not any(line.endswith((b" ", b"\t")) for line in body.split(b"\r\n"))
 
 
 def check_no_defects(parsed: EmailMessage) -> None:
@@ -219,6 +221,13 @@ def test_multipart_layout() -> None:
 
 def test_boundaries_differ() -> None:
     assert mime.new_boundary() != mime.new_boundary()
+
+
+@pytest.mark.parametrize("text", ["trailing space \nand tab\t\nend  ", "café \n", " \n\t"])
+def test_whitespace_at_a_line_end_is_encoded(text: str) -> None:
+    data = mime.build(["Subject: x\r\n"], text, None)
+    check_wire_format(data)
+    assert decoded(parse(data)) == expected(text)
 
 
 def test_lone_cr_and_lf_become_crlf() -> None:
