@@ -197,6 +197,22 @@ async def test_commands_are_pipelined_only_when_offered(
     assert len(smtp_server.messages) == 3
 
 
+async def test_replies_arriving_apart_are_read_in_order(
+    smtp_server: SmtpTestServer, transport: SmtpTransport
+):
+    # The MAIL reply comes alone; the RCPT and DATA replies 0.3 s later, together or
+    # apart: each must be matched to its command, none lost in aiosmtplib's buffer.
+    smtp_server.fail("slow@example.com", Stage.RCPT, delay=0.3)
+    smtp_server.fail("slow-refused@example.com", Stage.RCPT, 450, delay=0.3)
+    assert (await transport.send(envelope("slow@example.com"))).accepted
+    refused = await transport.send(envelope("slow-refused@example.com"))
+    assert_reply(refused, Stage.RCPT, smtpcodes.MAILBOX_BUSY, "4.2.1")
+    assert (await transport.send(envelope("after@example.com"))).accepted
+    assert [m.rcpt_tos for m in smtp_server.messages] == [("slow@example.com",),
+                                                          ("after@example.com",)]
+    assert smtp_server.connections == 1
+
+
 async def test_pipelining_can_be_switched_off(smtp_server: SmtpTestServer):
     smtp = SmtpTransport(smtp_settings_for(smtp_server, pipelining=False))
     try:
