@@ -176,13 +176,21 @@ async def test_451_at_mail_then_connection_is_reset_and_reused(
     assert len(smtp_server.messages) == 1
 
 
-async def test_421_at_mail_discards_the_connection(
-    smtp_server: SmtpTestServer, transport: SmtpTransport
+@pytest.mark.parametrize(
+    ("rcpt", "sender", "stage"),
+    [
+        # Pipelined, RCPT and DATA were already sent when MAIL got its 421: their
+        # replies never come, and the outcome is still the MAIL reply.
+        ("alice@example.com", "mail-421@mailout.test", Stage.MAIL),
+        ("rcpt-421@example.com", SENDER, Stage.RCPT),
+    ],
+)
+async def test_421_discards_the_connection(
+    smtp_server: SmtpTestServer, transport: SmtpTransport, rcpt: str, sender: str,
+    stage: Stage,
 ):
-    # Pipelined, RCPT and DATA were already sent: their replies never come, and
-    # the outcome is still the MAIL reply.
-    outcome = await transport.send(envelope(sender="mail-421@mailout.test"))
-    assert_reply(outcome, Stage.MAIL, smtpcodes.SERVICE_NOT_AVAILABLE, "4.3.2")
+    outcome = await transport.send(envelope(rcpt, sender=sender))
+    assert_reply(outcome, stage, smtpcodes.SERVICE_NOT_AVAILABLE, "4.3.2")
 
     assert (await transport.send(envelope())).accepted
     assert smtp_server.connections == 2
@@ -241,16 +249,6 @@ async def test_550_at_rcpt_has_enhanced_code(smtp_server: SmtpTestServer, transp
     outcome = await transport.send(envelope("rcpt-550@example.com"))
     assert_reply(outcome, Stage.RCPT, smtpcodes.MAILBOX_UNAVAILABLE, "5.1.1")
     assert smtp_server.messages == []
-
-
-async def test_421_at_rcpt_discards_the_connection(
-    smtp_server: SmtpTestServer, transport: SmtpTransport
-):
-    outcome = await transport.send(envelope("rcpt-421@example.com"))
-    assert_reply(outcome, Stage.RCPT, smtpcodes.SERVICE_NOT_AVAILABLE, "4.3.2")
-
-    assert (await transport.send(envelope())).accepted
-    assert smtp_server.connections == 2
 
 
 async def test_554_to_data_command(smtp_server: SmtpTestServer, transport: SmtpTransport):
