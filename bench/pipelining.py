@@ -21,8 +21,8 @@ from pathlib import Path
 
 from bench.common import smtp_sink, write_templates
 from bench.throughput import prebuilt
-from mailout.smtp import SmtpSettings, SmtpTransport, TlsMode
-from mailout.transport import Envelope
+from mailout.transports.base import Envelope
+from mailout.transports.smtp.client import SmtpSettings, SmtpTransport, TlsMode
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

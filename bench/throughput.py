@@ -46,11 +46,12 @@ from bench.common import (
     worker_env,
     write_templates,
 )
-from mailout import db, store
+from mailout import db
+from mailout.db import leasing
+from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
 from mailout.models import ClaimedMessage
 from mailout.render import Renderer
-from mailout.schema import messages
 
 CLAIM_BATCH = 100
 CLAIM_REPS = 30
@@ -196,14 +197,14 @@ def claim_times(engine: Engine, reps: int) -> list[float]:
     for _ in range(reps):
         with db.immediate(engine) as conn:
             t0 = time.perf_counter()
-            got = store.claim(conn, owner="bench", limit=CLAIM_BATCH, lease_seconds=60)
+            got = leasing.claim(conn, owner="bench", limit=CLAIM_BATCH, lease_seconds=60)
             times.append(time.perf_counter() - t0)
         assert len(got) == CLAIM_BATCH, len(got)
     return times
 
 
 def claim_plan(engine: Engine) -> str:
-    """EXPLAIN ANALYZE of the claim statement exactly as store.claim sends it."""
+    """EXPLAIN ANALYZE of the claim statement exactly as leasing.claim sends it."""
     seen: list[tuple[str, Any]] = []
 
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any,
@@ -214,7 +215,7 @@ def claim_plan(engine: Engine) -> str:
     event.listen(engine, "before_cursor_execute", capture)
     try:
         with engine.connect() as conn:
-            store.claim(conn, owner="bench", limit=CLAIM_BATCH, lease_seconds=60)
+            leasing.claim(conn, owner="bench", limit=CLAIM_BATCH, lease_seconds=60)
             statement, parameters = seen[0]
             raw = conn.connection.driver_connection
             assert raw is not None

@@ -24,7 +24,8 @@ from typing import Any
 
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert
 
-from mailout import db, queries
+from mailout import db
+from mailout.db import admin
 from mailout.enqueue import EnqueueSettings, enqueue
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -85,7 +86,7 @@ def main() -> None:
     except OutOfStock as exc:
         print(f"{exc} failed (out of stock): rolled back, no order and no email")
     with engine.connect() as conn:
-        report = queries.status(conn)
+        report = admin.status(conn)
     print(f"outbox: {report.totals['pending']} pending, {report.totals['sent']} sent")
     engine.dispose()
 

@@ -1,5 +1,5 @@
 """``python -m mailout`` runs the command line."""
 
-from mailout.cli import main
+from mailout.cli.main import main
 
 main()

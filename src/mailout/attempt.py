@@ -15,17 +15,17 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine
 
-from mailout.classify import Action, Decision, classify, parse_provider_id
+from mailout.db.leasing import Completion
 from mailout.exceptions import RenderError
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.logs import LogRecipients, log_send, redact_addresses
 from mailout.models import ClaimedMessage, OnUnknown, Outcome, Status
+from mailout.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.render import Renderer
-from mailout.retry import GiveUp, RetryPolicy, after_transient_failure, is_expired
-from mailout.store import Completion
-from mailout.transport import SendOutcome, Transport
+from mailout.transports.base import SendOutcome, Transport
+from mailout.transports.smtp.classify import Action, Decision, classify, parse_provider_id
 
-log = logging.getLogger("mailout.worker")
+log = logging.getLogger("mailout.worker.runtime")
 
 SCHEMA_RECHECK_SECONDS = 60.0
 

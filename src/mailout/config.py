@@ -14,11 +14,10 @@ from typing import Any
 
 from mailout import validate
 from mailout.exceptions import ConfigError, InvalidMessage
-from mailout.lanes import Lane, QueuePolicy, parse_lanes, parse_queue_policies
 from mailout.logs import LogRecipients
 from mailout.models import OnUnknown
-from mailout.retry import RetryPolicy
-from mailout.smtp import SmtpSettings, TlsMode, default_tls_mode
+from mailout.policy import Lane, QueuePolicy, RetryPolicy, parse_lanes, parse_queue_policies
+from mailout.transports.smtp.client import SmtpSettings, TlsMode, default_tls_mode
 
 
 def _number(kind: type[int] | type[float], *, minimum: float, strict: bool = False) -> Callable[

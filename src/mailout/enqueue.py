@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import outbox, validate
+from mailout import validate
+from mailout.db import inserts
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
 from mailout.guards import template_schema
-from mailout.lanes import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
-from mailout.lanes import QueuePolicy, parse_queue_policies
 from mailout.models import EnqueueResult
-from mailout.retry import RetryPolicy
+from mailout.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
+from mailout.policy import QueuePolicy, RetryPolicy, parse_queue_policies
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -219,7 +219,7 @@ def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
 
 
 def _differing(existing: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(col for col in outbox.CONTENT_COLUMNS if existing[col] != row[col])
+    return tuple(col for col in inserts.CONTENT_COLUMNS if existing[col] != row[col])
 
 
 def enqueue_many(
@@ -240,7 +240,7 @@ def enqueue_many(
     templates: dict[str, tuple[str, int | None]] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
-    stored = outbox.insert_messages(connection, rows, notify=settings.notify)
+    stored = inserts.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
     for row in rows:
         hit = stored[row["idempotency_key"]]

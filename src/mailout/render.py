@@ -1,4 +1,4 @@
-"""Turn a claimed outbox row into a wire-ready :class:`~mailout.transport.Envelope`.
+"""Turn a claimed outbox row into a wire-ready :class:`~mailout.transports.base.Envelope`.
 
 Templates live in a folder, one sub-folder per template: ``subject.txt``,
 ``text.txt`` and an optional ``html.html``. Only the HTML is autoescaped; a
@@ -27,7 +27,7 @@ import jinja2
 from mailout import mime
 from mailout.exceptions import RenderError
 from mailout.models import ClaimedMessage
-from mailout.transport import Envelope
+from mailout.transports.base import Envelope
 
 SUBJECT_FILE = "subject.txt"
 TEXT_FILE = "text.txt"

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, Float, bindparam, update
 
-from mailout import db, queries
+from mailout import db
+from mailout.db import admin
+from mailout.db.schema import db_now_plus, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.schema import db_now_plus, messages
 from tests.support.fixtures import AUTH_USER
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.tls import TestCerts
@@ -259,7 +260,7 @@ def test_example_app_commits_order_and_email_together(tmp_path: Path) -> None:
 
 
 def test_example_templates_match_the_demo_templates() -> None:
-    packaged = Path(__file__).resolve().parents[2] / "src" / "mailout" / "demo_templates"
+    packaged = Path(__file__).resolve().parents[2] / "src" / "mailout" / "cli" / "demo_templates"
     files = sorted(p.relative_to(packaged) for p in packaged.rglob("*") if p.is_file())
     assert files
     assert files == sorted(p.relative_to(EXAMPLES / "templates")
@@ -283,14 +284,14 @@ def test_operator_sql_on_both_backends(engine: Engine) -> None:
             status="sent", provider_message_id="PROV-1", sent_at=db_now_plus(_secs(-40 * 86400)),
             finished_at=db_now_plus(_secs(-40 * 86400))))
     with engine.begin() as conn:
-        change = queries.requeue(conn, [dead, pending, 999])
-        assert queries.retryable_ids(conn, "dead") == []
+        change = admin.requeue(conn, [dead, pending, 999])
+        assert admin.retryable_ids(conn, "dead") == []
     assert change.changed == [dead]
     assert change.skipped == {pending: "pending", 999: "not found"}
     with engine.connect() as conn:
-        by_provider = queries.find(conn, "PROV-1")
-        by_id = queries.find(conn, str(dead))
-        report = queries.status(conn)
+        by_provider = admin.find(conn, "PROV-1")
+        by_id = admin.find(conn, str(dead))
+        report = admin.status(conn)
     assert by_provider is not None
     assert by_provider[0].id == old
     assert by_id is not None
@@ -305,9 +306,9 @@ def test_operator_sql_on_both_backends(engine: Engine) -> None:
     assert report.queues[0].due_lag_seconds is not None
     assert report.last_sent_at is not None
     with engine.begin() as conn:
-        assert queries.count_purgeable(conn, timedelta(days=30), ["sent", "dead"]) == 1
-        assert queries.purge(conn, timedelta(days=30), ["sent"], batch=1) == (1, 0)
-        assert queries.purge(conn, timedelta(days=30), ["sent"], batch=1) == (0, 0)
+        assert admin.count_purgeable(conn, timedelta(days=30), ["sent", "dead"]) == 1
+        assert admin.purge(conn, timedelta(days=30), ["sent"], batch=1) == (1, 0)
+        assert admin.purge(conn, timedelta(days=30), ["sent"], batch=1) == (0, 0)
 
 
 def _secs(seconds: float) -> Any:

@@ -9,8 +9,8 @@ from pathlib import Path
 from sqlalchemy import select, update
 
 from mailout import db
+from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.schema import messages
 from tests.acceptance.test_cli import mailout, mailout_json
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env

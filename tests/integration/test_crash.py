@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select, text
 
 from mailout import db
+from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.schema import attempts, messages
 from tests.support.smtpserver import ReceivedMessage, SmtpTestServer
 from tests.support.workers import spawn_worker, worker_env
 

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 from mailout import db
+from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.schema import attempts, messages
 from tests.support.pg import EmbeddedPostgres, create_database
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import spawn_worker, worker_env

@@ -15,9 +15,9 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from mailout import db
+from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
-from mailout.schema import messages
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert, select, update
 
-from mailout import store
+from mailout.db import leasing
+from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.schema import attempts, messages
 from tests.support.app_checks import app, campaigns, users
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
@@ -144,7 +144,7 @@ def test_pause_and_resume_apply_to_every_worker_process(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:
     with engine.begin() as conn:
-        store.set_pause(conn, "queue", "bulk", "provider asked us to slow down")
+        leasing.set_pause(conn, "queue", "bulk", "provider asked us to slow down")
         for i in range(10):
             enqueue(conn, to=f"u{i}@example.com", subject="News", text="x", queue="bulk",
                     settings=EnqueueSettings(message_id_domain="x.example.com"))
@@ -160,7 +160,7 @@ def test_pause_and_resume_apply_to_every_worker_process(
             waiting = conn.execute(select(messages.c.status).where(messages.c.queue == "bulk"))
             assert set(waiting.scalars()) == {"pending"}  # paused: neither failed nor dropped
         with engine.begin() as conn:
-            assert store.clear_pause(conn, "queue", "bulk")
+            assert leasing.clear_pause(conn, "queue", "bulk")
         smtp_server.wait_for_messages(11, timeout=15)
     finally:
         for p in procs:
@@ -175,7 +175,7 @@ def test_shutdown_releases_rows_that_never_reached_the_transport(
 ) -> None:
     import asyncio
 
-    from mailout.runner import build_worker
+    from mailout.worker.build import build_worker
 
     (templates / "slow").mkdir()
     (templates / "slow" / "subject.txt").write_text("Slow")

@@ -7,7 +7,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, bindparam, inspect, text
 
 from mailout import db
-from mailout.schema import metadata
+from mailout.db.schema import metadata
 
 
 def test_migrated_database_matches_the_table_definitions(engine: Engine) -> None:

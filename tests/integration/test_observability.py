@@ -24,12 +24,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text, update
 
 from mailout.config import Settings
+from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, enqueue
 from mailout.logs import JsonFormatter, configure_logging
-from mailout.metrics import MetricsServer, PrometheusObserver, start_metrics_server
-from mailout.runner import build_worker
-from mailout.schema import messages
-from mailout.worker import Worker
+from mailout.metrics.prometheus import MetricsServer, PrometheusObserver, start_metrics_server
+from mailout.worker.build import build_worker
+from mailout.worker.runtime import Worker
 from tests.support.fixtures import AUTH_USER
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env

@@ -12,8 +12,8 @@ import pytest
 from bench.common import smtp_sink
 from sqlalchemy import Engine, func, select
 
+from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue_many
-from mailout.schema import attempts, messages
 from tests.support.workers import spawn_worker
 
 pytestmark = pytest.mark.skipif(

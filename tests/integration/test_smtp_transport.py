@@ -11,8 +11,9 @@ from email.utils import make_msgid
 
 import pytest
 
-from mailout import smtpcodes
-from mailout.smtp import (
+from mailout.transports.base import Envelope, Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp import codes as smtpcodes
+from mailout.transports.smtp.client import (
     SmtpSettings,
     SmtpTransport,
     TlsMode,
@@ -20,7 +21,6 @@ from mailout.smtp import (
     default_tls_mode,
     parse_reply,
 )
-from mailout.transport import Envelope, Failure, Reply, SendOutcome, Stage
 from tests.support.fixtures import AUTH_PASSWORD, AUTH_USER, smtp_settings_for
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.tls import TestCerts

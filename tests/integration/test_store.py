@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine, select, update
 
-from mailout import db, store
+from mailout import db
+from mailout.db import leasing
+from mailout.db.leasing import Completion
+from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
 from mailout.models import Outcome, Status
-from mailout.schema import attempts, messages
-from mailout.store import Completion
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 
@@ -27,9 +28,9 @@ def add(engine: Engine, n: int, **kw: object) -> list[int]:
 
 
 def claim(engine: Engine, limit: int = 10, lease: float = 60, owner: str = "w1",
-          queues: list[str] | None = None) -> list[store.ClaimedMessage]:
+          queues: list[str] | None = None) -> list[leasing.ClaimedMessage]:
     with db.immediate(engine) as conn:
-        return store.claim(conn, owner=owner, limit=limit, lease_seconds=lease, queues=queues)
+        return leasing.claim(conn, owner=owner, limit=limit, lease_seconds=lease, queues=queues)
 
 
 def status_of(engine: Engine, rid: int) -> dict[str, object]:
@@ -37,7 +38,7 @@ def status_of(engine: Engine, rid: int) -> dict[str, object]:
         return dict(conn.execute(select(messages).where(messages.c.id == rid)).one()._mapping)
 
 
-def sent(c: store.ClaimedMessage, worker: str = "w1") -> Completion:
+def sent(c: leasing.ClaimedMessage, worker: str = "w1") -> Completion:
     return Completion(id=c.id, lease_token=c.lease_token, attempt=c.attempts,
                       outcome=Outcome.SENT, status=Status.SENT, started_at=c.claimed_at,
                       worker=worker, recipient=c.recipient, reply_code=250,
@@ -75,7 +76,7 @@ def test_completion_marks_sent_and_logs_the_attempt(engine: Engine) -> None:
     (rid,) = add(engine, 1)
     (c,) = claim(engine)
     with engine.begin() as conn:
-        assert store.complete(conn, [sent(c)]) == []
+        assert leasing.complete(conn, [sent(c)]) == []
     row = status_of(engine, rid)
     assert row["status"] == "sent"
     assert row["provider_message_id"] == "ABC"
@@ -97,12 +98,12 @@ def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(engine: Engine
     assert new.attempts == 2
     assert new.lease_token != old.lease_token
     with engine.begin() as conn:
-        assert store.complete(conn, [sent(old, worker="w-dead")]) == [rid]
+        assert leasing.complete(conn, [sent(old, worker="w-dead")]) == [rid]
     row = status_of(engine, rid)
     assert row["status"] == "sending"
     assert row["lease_token"] == new.lease_token
     with engine.begin() as conn:
-        assert store.complete(conn, [sent(new, worker="w-new")]) == []
+        assert leasing.complete(conn, [sent(new, worker="w-new")]) == []
     assert status_of(engine, rid)["status"] == "sent"
     with engine.connect() as conn:
         log = conn.execute(
@@ -123,7 +124,7 @@ def test_retry_completion_schedules_on_the_database_clock(engine: Engine) -> Non
                        recipient=c.recipient, delay_seconds=90, reply_code=451,
                        reply_text="4.3.0 try later")
     with engine.begin() as conn:
-        store.complete(conn, [retry])
+        leasing.complete(conn, [retry])
     row = status_of(engine, rid)
     assert row["status"] == "pending"
     assert row["attempts"] == 1
@@ -141,7 +142,7 @@ def test_paused_completion_is_not_charged(engine: Engine) -> None:
                         status=Status.PENDING, started_at=c.claimed_at, worker="w1",
                         recipient=c.recipient, delay_seconds=0, uncharge=True, reply_code=535)
     with engine.begin() as conn:
-        store.complete(conn, [paused])
+        leasing.complete(conn, [paused])
     row = status_of(engine, rid)
     assert row["status"] == "pending"
     assert row["attempts"] == 0
@@ -152,10 +153,10 @@ def test_release_and_extend(engine: Engine) -> None:
     a, b = claim(engine, lease=30)
     before = status_of(engine, a.id)["lease_expires_at"]
     with engine.begin() as conn:
-        assert store.extend_leases(conn, [(a.id, a.lease_token), (b.id, "wrong")], 300) == 1
+        assert leasing.extend_leases(conn, [(a.id, a.lease_token), (b.id, "wrong")], 300) == 1
     assert status_of(engine, a.id)["lease_expires_at"] > before  # type: ignore[operator]
     with engine.begin() as conn:
-        assert store.release(conn, [(b.id, b.lease_token)]) == 1
+        assert leasing.release(conn, [(b.id, b.lease_token)]) == 1
     row = status_of(engine, b.id)
     assert row["status"] == "pending"
     assert row["attempts"] == 0
@@ -164,12 +165,12 @@ def test_release_and_extend(engine: Engine) -> None:
 
 def test_next_due_in(engine: Engine) -> None:
     with engine.connect() as conn:
-        assert store.next_due_in(conn) is None
+        assert leasing.next_due_in(conn) is None
     (rid,) = add(engine, 1)
     with engine.connect() as conn:
-        assert store.next_due_in(conn) == pytest.approx(0, abs=0.01)
+        assert leasing.next_due_in(conn) == pytest.approx(0, abs=0.01)
     with engine.begin() as conn:
         conn.execute(update(messages).values(next_attempt_at=datetime(2099, 1, 1, tzinfo=UTC)))
     with engine.connect() as conn:
-        assert store.next_due_in(conn) > 1e6  # type: ignore[operator]
+        assert leasing.next_due_in(conn) > 1e6  # type: ignore[operator]
     assert rid

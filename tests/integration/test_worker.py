@@ -13,10 +13,10 @@ from sqlalchemy import Engine, func, select, update
 
 from mailout import db
 from mailout.alerts import Alert
+from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.retry import backoff_bounds
-from mailout.runner import build_worker
-from mailout.schema import attempts, messages
+from mailout.policy import backoff_bounds
+from mailout.worker.build import build_worker
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 

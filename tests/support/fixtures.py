@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from mailout.smtp import SmtpSettings, TlsMode
+from mailout.transports.smtp.client import SmtpSettings, TlsMode
 from tests.support.pg import postgres_server_url
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.tls import TestCerts, make_test_certs

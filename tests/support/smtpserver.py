@@ -74,7 +74,7 @@ from typing import Any, NoReturn, TypeVar
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
-from mailout.transport import Stage
+from mailout.transports.base import Stage
 
 _T = TypeVar("_T")
 NO_RECIPIENT = "<no valid recipient>"  # see SmtpTestServer.data_without_rcpt

@@ -13,8 +13,8 @@ from typing import Any
 from mailout import config
 from mailout.alerts import Alert
 from mailout.config import Settings
-from mailout.runner import build_worker
-from mailout.worker import Worker
+from mailout.worker.build import build_worker
+from mailout.worker.runtime import Worker
 from tests.support.smtpserver import SmtpTestServer
 
 MAIL_FROM = "Shop <shop@example.com>"

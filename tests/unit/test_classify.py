@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailout.classify import (
+from mailout.transports.base import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.classify import (
     Action,
     Decision,
     classify,
     parse_enhanced_code,
     parse_provider_id,
 )
-from mailout.transport import Failure, Reply, SendOutcome, Stage
 
 ALL_STAGES = list(Stage)
 BEFORE_BODY = [stage for stage in Stage if stage is not Stage.BODY]

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from mailout import display
-from mailout.cli import idempotency_window, parse_duration, parse_moment
+from mailout.cli import display
+from mailout.cli.main import idempotency_window, parse_duration, parse_moment
 from mailout.exceptions import ConfigError
 
 

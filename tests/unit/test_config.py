@@ -6,7 +6,7 @@ import pytest
 
 from mailout import config
 from mailout.exceptions import ConfigError
-from mailout.smtp import TlsMode
+from mailout.transports.smtp.client import TlsMode
 
 BASE = {"MAIL_FROM": "shop@example.com"}
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mailout.attempt import Context, decide
-from mailout.classify import Action, Decision
 from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.policy import RetryPolicy
 from mailout.render import Renderer
-from mailout.retry import RetryPolicy
-from mailout.transport import Envelope, Failure, Reply, SendOutcome, Stage
+from mailout.transports.base import Envelope, Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.classify import Action, Decision
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mailout.gate import Gate
+from mailout.worker.breaker import Gate
 
 
 def test_open_gate_gives_all_free_slots() -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from mailout.exceptions import ConfigError
-from mailout.lanes import (
+from mailout.policy import (
     Lane,
     QueuePolicy,
+    RetryPolicy,
     parse_duration,
     parse_lanes,
     parse_queue_policies,
     policy_for,
 )
-from mailout.ratelimit import TokenBucket
-from mailout.retry import RetryPolicy
+from mailout.worker.ratelimit import TokenBucket
 
 DEFAULT = QueuePolicy(RetryPolicy(), 86400.0)
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mailout.db.leasing import Completion
 from mailout.logs import (
     JsonFormatter,
     LogRecipients,
@@ -21,7 +22,6 @@ from mailout.logs import (
     redact_addresses,
 )
 from mailout.models import ClaimedMessage, Outcome, Status
-from mailout.store import Completion
 
 
 @pytest.mark.parametrize(("address", "masked"), [
@@ -117,8 +117,8 @@ def test_configure_logging_json_lines_and_idempotent() -> None:
     configure_logging("JSON", "INFO", stream=out)  # replaces its own handler, not doubles
     marked = [h for h in logging.getLogger().handlers if getattr(h, "_mailout_handler", False)]
     assert len(marked) == 1
-    logging.getLogger("mailout.worker").info("hello %s", "there", extra={"queue": "q"})
-    logging.getLogger("mailout.worker").debug("not at INFO")
+    logging.getLogger("mailout.worker.runtime").info("hello %s", "there", extra={"queue": "q"})
+    logging.getLogger("mailout.worker.runtime").debug("not at INFO")
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
     assert json.loads(lines[0])["message"] == "hello there"
@@ -130,8 +130,8 @@ def test_configure_logging_json_lines_and_idempotent() -> None:
 def test_configure_logging_text_and_bad_format() -> None:
     out = io.StringIO()
     configure_logging("text", logging.DEBUG, stream=out)
-    logging.getLogger("mailout.worker").debug("plain %d", 1)
-    assert out.getvalue().rstrip().endswith("DEBUG mailout.worker plain 1")
+    logging.getLogger("mailout.worker.runtime").debug("plain %d", 1)
+    assert out.getvalue().rstrip().endswith("DEBUG mailout.worker.runtime plain 1")
     with pytest.raises(ValueError, match="xml"):
         configure_logging("xml")
 
@@ -162,8 +162,8 @@ def _completion(outcome: Outcome = Outcome.SENT) -> Completion:
 def test_log_send_fields_and_recipient_setting(
     caplog: pytest.LogCaptureFixture, mode: LogRecipients, shown: str | None
 ) -> None:
-    caplog.set_level(logging.INFO, logger="mailout.worker")
-    log_send(logging.getLogger("mailout.worker"), _claimed(), _completion(), stage="body",
+    caplog.set_level(logging.INFO, logger="mailout.worker.runtime")
+    log_send(logging.getLogger("mailout.worker.runtime"), _claimed(), _completion(), stage="body",
              seconds=0.0842, recipients=mode)
     (record,) = caplog.records
     fields = record.__dict__

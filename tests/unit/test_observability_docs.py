@@ -18,8 +18,8 @@ import pytest
 from prometheus_client.metrics_core import Metric
 from sqlalchemy import create_engine
 
-from mailout.metrics import METRIC_NAMES, PrometheusObserver
-from mailout.queue_metrics import AlertCollector, QueueCollector
+from mailout.metrics.collectors import AlertCollector, QueueCollector
+from mailout.metrics.prometheus import METRIC_NAMES, PrometheusObserver
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SUFFIXES = {

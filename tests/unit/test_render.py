@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from mailout.exceptions import RenderError
 from mailout.models import ClaimedMessage
 from mailout.render import Renderer, template_exists, validate_template_name
-from mailout.transport import Envelope
+from mailout.transports.base import Envelope
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 MESSAGE_ID = "<20240501120000.abc123@mail.example.com>"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from mailout.exceptions import ConfigError
-from mailout.retry import (
+from mailout.policy import (
     GiveUp,
     Reschedule,
     RetryPolicy,

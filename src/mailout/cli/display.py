@@ -1,0 +1,193 @@
+"""How operator records look: JSON documents and Rich tables for the CLI.
+
+JSON field names are the dataclass field names of :mod:`mailout.db.admin` records,
+times are ISO 8601 in UTC. Tables are for people: times to the millisecond in
+UTC, ages as ``3m 12s``. Nothing here shows a message's params or body, because
+the records never carry them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from mailout.db.admin import AttemptRecord, MessageRecord, StatusReport
+
+if TYPE_CHECKING:  # Rich is imported when a table is drawn: --json output skips its cost
+    from rich.console import Console
+    from rich.table import Table
+
+PIPED_WIDTH = 120
+STATUS_COLUMNS = ("pending", "sending", "sent", "failed", "dead", "cancelled", "unknown")
+_SHOW_FIELDS = (
+    "key", "status", "reason", "queue", "priority", "recipient", "sender", "template",
+    "subject", "message_id", "provider_message_id", "attempts", "last_reply_code",
+    "last_reply_text", "lease_owner",
+)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with dataclasses as dicts and datetimes as ISO strings in UTC."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    return value
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(jsonable(value), indent=2)
+
+
+def when(moment: datetime | None) -> str:
+    """A UTC timestamp for people, to the millisecond; ``-`` for none."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def age(seconds: float | None) -> str:
+    """``4.2s``, ``12m 5s``, ``3h``, ``2d 4h``: two units at most; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60),
+                                     ("m", 60, "s", 1)):
+        if whole >= size:
+            rest = (whole % size) // subsize
+            return f"{whole // size}{unit}" + (f" {rest}{sub}" if rest else "")
+    return f"{seconds:.1f}s"
+
+
+def console() -> Console:
+    """A console for stdout. Piped output gets 120 columns (not Rich's 80), so tables
+    written to a file or a pager fold fewer cells."""
+    # No highlighting: ids and addresses must print exactly as stored. Soft wrap: long
+    # lines (commands to copy) are left whole for the terminal to wrap.
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
+    return Console(highlight=False, soft_wrap=True, width=width)
+
+
+def table(*columns: str, title: str | None = None, keep: tuple[str, ...] = ()) -> Table:
+    """A table whose long cells wrap instead of being cut off with an ellipsis; the
+    ``keep`` columns (short values: ids, times) never wrap."""
+    from rich.table import Table
+
+    out = Table(title=title, title_justify="left")
+    for name in columns:
+        out.add_column(name, overflow="fold", no_wrap=name in keep)
+    return out
+
+
+def print_status(out: Console, report: StatusReport) -> None:
+    """One column per queue (and one for all), one row per status, then the backlog."""
+    names = [q.queue for q in report.queues]
+    grid = table("", *names, "all", title="Messages by status and queue",
+                 keep=("", *names, "all"))
+    for st in STATUS_COLUMNS:
+        grid.add_row(st, *(str(q.counts[st]) for q in report.queues), str(report.totals[st]))
+    grid.add_section()
+    grid.add_row("due now", *(str(q.due) for q in report.queues),
+                 str(sum(q.due for q in report.queues)))
+    grid.add_row("oldest due, age", *(age(q.oldest_due_age_seconds) for q in report.queues),
+                 age(_most(q.oldest_due_age_seconds for q in report.queues)))
+    grid.add_row("due lag", *(age(q.due_lag_seconds) for q in report.queues),
+                 age(_most(q.due_lag_seconds for q in report.queues)))
+    out.print(grid)
+    out.print(f"retrying (pending after a failed attempt): {report.retrying}")
+    out.print(f"dead: {report.dead}")
+    out.print(f"unknown outcome: {report.unknown_messages} messages "
+              f"({report.unknown_attempts} attempts); {report.held_unknown} held in "
+              "status unknown")
+    out.print(f"last send: {when(report.last_sent_at)}   (database time: {when(report.now)})")
+
+
+def _most(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def print_list(out: Console, rows: list[MessageRecord]) -> None:
+    """One line per message; the queue column only when the rows span several queues."""
+    queues = len({r.queue for r in rows}) > 1
+    columns = ["id", "status", *(["queue"] if queues else []), "template",
+               "recipient", "tries", "created (UTC)"]
+    listing = table(*columns, keep=("id", "tries", "created (UTC)"))
+    from rich import box
+
+    listing.box = box.SIMPLE  # no vertical rules: more room for the addresses
+    for r in rows:
+        created = r.created_at.astimezone(UTC).strftime("%m-%d %H:%M:%S") if r.created_at else "-"
+        status = f"{r.status} ({r.reason})" if r.reason else r.status
+        listing.add_row(str(r.id), status, *([r.queue] if queues else []),
+                        r.template or f"\"{r.subject}\"", r.recipient, str(r.attempts), created)
+    if rows:
+        out.print(listing)
+    else:
+        out.print("no messages match")
+
+
+def print_message(out: Console, msg: MessageRecord, log: list[AttemptRecord]) -> None:
+    fields = table("field", "value", title=f"Message {msg.id}")
+    for name in _SHOW_FIELDS:
+        value = getattr(msg, name)
+        if value is not None:
+            fields.add_row(name, str(value))
+    out.print(fields)
+    out.print(timeline(msg, log))
+
+
+def timeline(msg: MessageRecord, log: list[AttemptRecord]) -> Table:
+    """Created, each attempt, sent, finished and the next due time, in time order."""
+    events: list[tuple[datetime | None, str, str]] = [(msg.created_at, "created", "")]
+    for a in log:
+        reply = " ".join(str(x) for x in (a.reply_code, a.reply_text) if x is not None)
+        detail = "; ".join(x for x in (reply, a.detail) if x)
+        stage = f"at {a.stage}" if a.stage else ""
+        events.append((a.started_at, f"attempt {a.attempt}: {a.outcome}",
+                       ": ".join(x for x in (stage, detail) if x)))
+    if msg.sent_at is not None:
+        events.append((msg.sent_at, "sent", f"provider id {msg.provider_message_id or '-'}"))
+    if msg.finished_at is not None:
+        events.append((msg.finished_at, f"finished: {msg.status}", msg.reason or ""))
+    if msg.status in ("pending", "sending"):
+        events.append((msg.next_attempt_at, "next attempt due", msg.reason or ""))
+    latest = datetime.max.replace(tzinfo=UTC)
+    events.sort(key=lambda e: e[0] or latest)  # stable: same-time events keep their order
+    out = table("time (UTC)", "event", "detail", title="Timeline", keep=("time (UTC)",))
+    for at, event, detail in events:
+        out.add_row(when(at), event, detail)
+    return out
+
+
+def trace_doc(msg: MessageRecord, matched_by: str) -> dict[str, Any]:
+    """The fields that link a business event, a Message-ID and a provider's id."""
+    return {
+        "matched_by": matched_by, "id": msg.id, "key": msg.key, "message_id": msg.message_id,
+        "provider_message_id": msg.provider_message_id, "status": msg.status,
+        "reason": msg.reason, "recipient": msg.recipient, "template": msg.template,
+        "attempts": msg.attempts, "created_at": msg.created_at,
+        "first_attempt_at": msg.first_attempt_at, "sent_at": msg.sent_at,
+        "finished_at": msg.finished_at,
+    }
+
+
+def print_trace(out: Console, ref: str, doc: dict[str, Any]) -> None:
+    rows = table("field", "value", title=f"Trace of {ref} (matched by {doc['matched_by']})")
+    for name, value in doc.items():
+        if name == "matched_by":
+            continue
+        shown = when(value) if isinstance(value, datetime) else "-" if value is None else value
+        rows.add_row(name, str(shown))
+    out.print(rows)

@@ -1,0 +1,519 @@
+"""The ``mailout`` command line.
+
+Exit codes: 0 success; 1 operational failure (a mailout error, an unreachable or
+unmigrated database, a failed ``check``, a refused or declined confirmation);
+2 usage error (unknown option, bad value, bad message input). Listing commands
+take ``--json`` and then print one JSON document with stable field names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from mailout import db
+from mailout.cli import display, rollout
+from mailout.db import admin
+from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
+from mailout.logs import configure_logging
+from mailout.models import Status
+
+DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
+WINDOW_ENV = "MAILOUT_IDEMPOTENCY_WINDOW"
+DEFAULT_WINDOW = "30d"
+PURGE_BATCH = 1000
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_FINAL = ("sent", "failed", "dead", "cancelled")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``45s``, ``15m``, ``12h``, ``30d``, ``2w`` or a sum such as ``1h30m``.
+
+    Raises ValueError for anything else, including a bare number: "30" could mean
+    seconds or days, and guessing wrong here deletes data.
+    """
+    raw = text.strip().lower()
+    parts = _DURATION.findall(raw)
+    if not raw or "".join(n + u for n, u in parts) != raw:
+        raise ValueError(f"{text!r} is not a duration: use e.g. 45s, 15m, 12h, 30d or 1h30m")
+    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def parse_moment(text: str) -> datetime:
+    """An ISO 8601 date or date-time; without a zone it is UTC. Raises ValueError."""
+    moment = datetime.fromisoformat(text.strip())
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _duration_option(ctx: click.Context, param: click.Parameter,
+                     value: str | None) -> timedelta | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _since_option(ctx: click.Context, param: click.Parameter,
+                  value: str | None) -> timedelta | datetime | None:
+    """A span back from now (``1h``) or an ISO moment (``2024-05-01T12:00``)."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        pass
+    try:
+        return parse_moment(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a duration (1h, 30m) nor an ISO "
+                                 "date-time", ctx, param) from None
+
+
+# -- commands ----------------------------------------------------------------
+
+@click.group()
+@click.option("--db", "db_url", envvar="MAILOUT_DATABASE_URL", help=DB_HELP)
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, db_url: str | None, verbose: int) -> None:
+    """mailout: reliable transactional email from a database outbox."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    log_format = os.environ.get("MAILOUT_LOG_FORMAT") or "text"
+    if log_format.lower() not in ("text", "json"):
+        raise click.UsageError(f"MAILOUT_LOG_FORMAT must be text or json, got {log_format!r}")
+    configure_logging(log_format, level)
+    ctx.obj = {"db_url": db_url}
+
+
+def _engine(obj: dict[str, Any]) -> Engine:
+    """The engine for ``--db``, checked to be migrated (SchemaMissing otherwise)."""
+    engine = db.make_engine(obj["db_url"])
+    db.require_schema(engine)
+    return engine
+
+
+@cli.group("db")
+def db_group() -> None:
+    """Database schema: apply or print the migrations."""
+
+
+@db_group.command("upgrade")
+@click.pass_obj
+def db_upgrade(obj: dict[str, Any]) -> None:
+    """Apply the migrations (idempotent)."""
+    engine = db.make_engine(obj["db_url"])
+    db.upgrade(engine)
+    click.echo(f"database at revision {db.current_revision(engine)}")
+
+
+@db_group.command("sql")
+@click.option("--dialect", type=click.Choice(["postgresql", "sqlite"]), default="postgresql",
+              show_default=True)
+def db_sql(dialect: str) -> None:
+    """Print the migrations as plain SQL, for teams that run their own."""
+    click.echo(db.migration_sql(dialect))
+
+
+@cli.command("worker")
+@click.option("--queues", help="Comma-separated queues to serve (default: all).")
+@click.option("--concurrency", type=click.IntRange(min=1),
+              help="Concurrent sends [env: MAILOUT_CONCURRENCY].")
+@click.option("--lanes", help="Lanes, e.g. critical:4,default:8,bulk:2 [env: MAILOUT_LANES].")
+@click.option("--poll-only", is_flag=True,
+              help="No LISTEN/NOTIFY, poll only (PgBouncer in transaction mode).")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes to run on this machine.")
+@click.option("--until-idle", is_flag=True, help="Exit once no message is due.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), envvar="MAILOUT_METRICS_PORT",
+              help="Serve /metrics, /healthz and /readyz on this port; with --processes N, "
+                   "on this port and the N-1 after it [env: MAILOUT_METRICS_PORT; default: off].")
+@click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
+              envvar="MAILOUT_LOG_FORMAT",
+              help="Log lines as text or JSON [env: MAILOUT_LOG_FORMAT; default: text].")
+@click.pass_obj
+def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
+               lanes: str | None, poll_only: bool, processes: int, until_idle: bool,
+               metrics_port: int | None, log_format: str | None) -> None:
+    """Send due messages.
+
+    Runs until SIGTERM/SIGINT, which stop claiming and let in-flight sends finish.
+    Settings come from the environment (MAIL_FROM, SMTP_*, MAILOUT_*).
+    """
+    from mailout import config
+    from mailout.worker.build import run_worker
+
+    if lanes and queues:
+        raise click.UsageError("give --lanes or --queues, not both")
+    settings = config.load(database_url=obj["db_url"], concurrency=concurrency, lanes=lanes,
+                           listen=False if poll_only else None)
+    if processes > 1:
+        from mailout.worker.supervisor import supervise
+
+        args = [*(["--db", obj["db_url"]] if obj["db_url"] else []), "worker"]
+        args += [f"--queues={queues}"] if queues else []
+        args += [f"--concurrency={concurrency}"] if concurrency else []
+        args += [f"--lanes={lanes}"] if lanes else []
+        args += ["--poll-only"] * poll_only + ["--until-idle"] * until_idle
+        args += [f"--log-format={log_format}"] if log_format else []
+        port = metrics_port  # one port per child: each is its own Prometheus target
+
+        def per_child(i: int) -> list[str]:
+            return [f"--metrics-port={port + i}"] if port else []
+        raise click.exceptions.Exit(supervise(processes, args, until_idle=until_idle,
+                                              per_child=per_child))
+    if log_format:
+        configure_logging(log_format, logging.getLogger().level)
+    logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    worker = run_worker(settings, queues=names, until_idle=until_idle,
+                        metrics_port=metrics_port)
+    if until_idle:
+        click.echo(f"idle: {worker.sent} sent")
+
+
+@cli.command("enqueue")
+@click.option("--to", required=True, help="Recipient address.")
+@click.option("--template", help="Template name (a folder under MAILOUT_TEMPLATES).")
+@click.option("--params", help="Template params as a JSON object.")
+@click.option("--subject")
+@click.option("--text")
+@click.option("--html")
+@click.option("--key", help="Idempotency key (default: random, no deduplication).")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher goes first.")
+@click.option("--send-at", help="ISO 8601 time to send at (no zone means UTC).")
+@click.pass_obj
+def enqueue_cmd(obj: dict[str, Any], to: str, template: str | None, params: str | None,
+                subject: str | None, text: str | None, html: str | None, key: str | None,
+                queue: str, priority: int, send_at: str | None) -> None:
+    """Enqueue one message.
+
+    Prints a JSON object: id, key, message_id, created (false when the key already
+    existed). Give --template (and --params), or --subject with --text and/or --html.
+    Invalid input exits 2 naming the option; a key that already holds a different
+    message exits 1.
+    """
+    from mailout.enqueue import enqueue
+
+    try:
+        parsed = json.loads(params) if params else None
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--params") from None
+    try:
+        when_ = parse_moment(send_at) if send_at else None
+    except ValueError:
+        raise click.BadParameter("not an ISO 8601 date-time", param_hint="--send-at") from None
+    engine = _engine(obj)
+    try:
+        with engine.begin() as conn:
+            result = enqueue(conn, to=to, template=template, params=parsed, subject=subject,
+                             text=text, html=html, key=key, queue=queue, priority=priority,
+                             send_at=when_)
+    except InvalidMessage as exc:
+        # InvalidMessage names the enqueue() argument; the user typed the option.
+        hint = "--" + exc.field.replace("_", "-")
+        raise click.BadParameter(exc.reason, param_hint=hint) from None
+    click.echo(json.dumps({"id": result.id, "key": result.key,
+                           "message_id": result.message_id, "created": result.created}))
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
+    """Counts, backlog and the last send.
+
+    Counts per status and queue; per queue how many are due now, the age of the
+    oldest due message and how late it is; the retrying, dead and unknown-outcome
+    numbers; the time of the last send.
+    """
+    from mailout.db import leasing
+
+    with _engine(obj).connect() as conn:
+        report = admin.status(conn)
+        paused = leasing.list_pauses(conn)
+    if as_json:
+        doc = display.jsonable(report)
+        doc["paused"] = display.jsonable(paused)
+        click.echo(json.dumps(doc, indent=2))
+        return
+    out = display.console()
+    display.print_status(out, report)
+    for p in paused:
+        why = f": {p['reason']}" if p["reason"] else ""
+        out.print(f"[bold yellow]paused[/] {p['kind']} {p['name']}{why} "
+                  f"(since {display.when(p['created_at'])})")
+
+
+@cli.command("list")
+@click.option("--status", "statuses", help="Comma-separated statuses: pending, sending, "
+              "sent, failed, dead, cancelled, unknown.")
+@click.option("--queue", help="Only this queue.")
+@click.option("--template", help="Only this template.")
+@click.option("--since", callback=_since_option, metavar="SPAN|ISO",
+              help="Created since: 1h, 2d or an ISO date-time.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_cmd(obj: dict[str, Any], statuses: str | None, queue: str | None,
+             template: str | None, since: timedelta | datetime | None, limit: int,
+             as_json: bool) -> None:
+    """List messages, newest first."""
+    wanted = _statuses(statuses, "--status", allowed=Status) if statuses else []
+    with _engine(obj).connect() as conn:
+        rows = admin.list_messages(conn, statuses=wanted, queue=queue, template=template,
+                                     since=since, limit=limit)
+    if as_json:
+        click.echo(display.to_json(rows))
+        return
+    display.print_list(display.console(), rows)
+
+
+def _statuses(raw: str, hint: str, *, allowed: Any) -> list[str]:
+    values = [s.strip().lower() for s in raw.split(",") if s.strip()]
+    names = [s.value for s in allowed]
+    bad = [v for v in values if v not in names]
+    if bad or not values:
+        raise click.BadParameter(f"{', '.join(bad) or raw!r}: choose from {', '.join(names)}",
+                                 param_hint=hint)
+    return values
+
+
+def _find(conn: Any, ref: str) -> tuple[admin.MessageRecord, str]:
+    found = admin.find(conn, ref)
+    if found is None:
+        raise NotFound(ref)
+    return found
+
+
+@cli.command("show")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
+    """Show one message and its attempt timeline.
+
+    ID_OR_KEY is a row id or an idempotency key (a Message-ID or provider id works
+    too). The message's params and body are never shown.
+    """
+    with _engine(obj).connect() as conn:
+        msg, _how = _find(conn, ref)
+        log = admin.attempt_log(conn, msg.id)
+    if as_json:
+        click.echo(display.to_json({"message": msg, "attempts": log}))
+        return
+    display.print_message(display.console(), msg, log)
+
+
+@cli.command("trace")
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def trace_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
+    """Link a key, Message-ID or provider id to the others.
+
+    REF is an idempotency key, a Message-ID (with or without <>), a provider message
+    id or a row id. Prints all of them with the created, first attempt, sent and
+    finished times.
+    """
+    with _engine(obj).connect() as conn:
+        msg, how = _find(conn, ref)
+    doc = display.trace_doc(msg, how)
+    if as_json:
+        click.echo(display.to_json(doc))
+        return
+    display.print_trace(display.console(), ref, doc)
+
+
+def _confirm(question: str, yes: bool) -> None:
+    """Ask ``question`` unless --yes; without a terminal to ask on, refuse (exit 1)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.ClickException(f"{question} Not asking without a terminal: pass --yes.")
+    if not click.confirm(question, default=False):
+        raise click.ClickException("not confirmed: nothing changed")
+
+
+def _report(change: admin.Change, verb: str) -> None:
+    ids = ", ".join(map(str, change.changed)) or "none"
+    click.echo(f"{verb} {len(change.changed)}: {ids}")
+    if change.skipped:
+        why = ", ".join(f"{i} ({st})" for i, st in change.skipped.items())
+        click.echo(f"skipped {len(change.skipped)}: {why}")
+
+
+@cli.command("retry")
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--status", type=click.Choice(["dead", "failed", "unknown"]),
+              help="Requeue every message in this status (after review!).")
+@click.option("--queue", help="With --status: only this queue.")
+@click.option("--template", help="With --status: only this template.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
+              queue: str | None, template: str | None, yes: bool) -> None:
+    """Requeue reviewed failed messages.
+
+    Dead, failed, unknown and cancelled rows become pending with 0 attempts, due now;
+    their Message-ID and key stay the same. Give ids, or --status with optional
+    --queue/--template (asks for confirmation; pass --yes when not at a terminal).
+    """
+    if bool(ids) == bool(status):
+        raise click.UsageError("give message ids or --status, not both and not neither")
+    if ids and (queue or template):
+        raise click.UsageError("--queue and --template filter --status, not ids")
+    engine = _engine(obj)
+    if status:
+        with engine.connect() as conn:
+            ids = tuple(admin.retryable_ids(conn, status, queue=queue, template=template))
+        if not ids:
+            click.echo(f"no {status} messages match")
+            return
+        _confirm(f"Requeue {len(ids)} {status} messages?", yes)
+    with engine.begin() as conn:
+        change = admin.requeue(conn, ids)
+    _report(change, "requeued")
+
+
+@cli.command("cancel")
+@click.argument("ids", nargs=-1, type=int, required=True)
+@click.pass_obj
+def cancel_cmd(obj: dict[str, Any], ids: tuple[int, ...]) -> None:
+    """Cancel pending messages.
+
+    Pending rows become cancelled (reason "operator"); rows in any other status are
+    reported and left alone.
+    """
+    with _engine(obj).begin() as conn:
+        change = admin.cancel(conn, ids)
+    _report(change, "cancelled")
+
+
+def idempotency_window() -> timedelta:
+    """MAILOUT_IDEMPOTENCY_WINDOW (default 30d): how long keys must stay to deduplicate."""
+    raw = os.environ.get(WINDOW_ENV) or DEFAULT_WINDOW
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise ConfigError(WINDOW_ENV, str(exc)) from None
+
+
+@cli.command("purge")
+@click.option("--older-than", required=True, callback=_duration_option, metavar="DURATION",
+              help="Delete rows finished longer ago than this (30d, 12h...).")
+@click.option("--status", "statuses", default=",".join(_FINAL), show_default=True,
+              help="Comma-separated final statuses to delete.")
+@click.option("--force", is_flag=True, help="Allow a cutoff inside the idempotency window.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: bool,
+              yes: bool) -> None:
+    """Delete old finished messages.
+
+    Deletes rows in the given final statuses finished before the cutoff (database
+    clock), with their attempts, in small transactions. A cutoff inside the
+    idempotency window (MAILOUT_IDEMPOTENCY_WINDOW, default 30d) needs --force.
+    """
+    chosen = _statuses(statuses, "--status", allowed=admin.PURGEABLE)
+    window = idempotency_window()
+    if older_than < window and not force:
+        raise click.ClickException(
+            f"refusing to purge: --older-than {display.age(older_than.total_seconds())} is "
+            f"inside the idempotency window ({WINDOW_ENV}, "
+            f"{display.age(window.total_seconds())}). A purged row takes its idempotency key "
+            "with it, so the same event could be enqueued, and sent, again. Pass --force if "
+            "that is acceptable."
+        )
+    engine = _engine(obj)
+    with engine.connect() as conn:
+        n = admin.count_purgeable(conn, older_than, chosen)
+    if n == 0:
+        click.echo("nothing to purge")
+        return
+    _confirm(f"Delete {n} messages ({', '.join(chosen)}) and their attempts?", yes)
+    total_m = total_a = 0
+    while True:
+        with engine.begin() as conn:
+            m, a = admin.purge(conn, older_than, chosen, batch=PURGE_BATCH)
+        total_m, total_a = total_m + m, total_a + a
+        if m < PURGE_BATCH:
+            break
+    click.echo(f"purged {total_m} messages and {total_a} attempts")
+
+
+@cli.command("check")
+@click.pass_obj
+def check_cmd(obj: dict[str, Any]) -> None:
+    """Check the database and the SMTP server.
+
+    The database must answer and be migrated; the SMTP server must accept a
+    connection, EHLO, STARTTLS and AUTH as configured. Nothing is sent. Exits 1,
+    saying what is wrong, if anything is.
+    """
+    from mailout import config
+    from mailout.cli import preflight
+
+    settings = config.load(database_url=obj["db_url"])
+    results = [preflight.check_database(settings.database_url),
+               preflight.check_smtp(settings.smtp())]
+    for ok, line in results:
+        click.echo(("ok     " if ok else "FAILED ") + line)
+    if not all(ok for ok, _ in results):
+        raise click.exceptions.Exit(1)
+
+
+@cli.command("demo")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("mailout-demo"), show_default=True,
+              help="Where the demo database, templates and .eml files go (reset each run).")
+def demo_cmd(directory: Path) -> None:
+    """Run the whole pipeline locally in a few seconds.
+
+    A SQLite file, an in-process SMTP sink writing .eml files, the example templates,
+    a deduplicated enqueue, a retried and a rejected message. Nothing keeps running.
+    """
+    from mailout.cli import demo
+
+    demo.run(directory, display.console())
+
+
+for _command in rollout.COMMANDS:
+    cli.add_command(_command)
+
+
+def _db_error(exc: DBAPIError) -> str:
+    # Not str(exc): it carries the statement's parameters, which can hold message content.
+    orig = exc.orig if exc.orig is not None else exc
+    first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    return f"database error ({type(orig).__name__}): {first}"
+
+
+def main() -> None:
+    """Console entry point: errors become a one-line message and an exit code."""
+    try:
+        rc = cli.main(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except MailoutError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except (OperationalError, DBAPIError) as exc:
+        click.echo(f"error: {_db_error(exc)}", err=True)
+        sys.exit(1)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,103 @@
+"""Operator SQL for rollout: the per-template report and settling unknown rows."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from mailout.db.schema import db_now, messages
+from mailout.models import Status
+
+
+@dataclass
+class ReportRow:
+    """One template and queue: what was enqueued since the cutoff, and how it ended."""
+
+    template: str
+    queue: str
+    enqueued: int = 0
+    sent: int = 0
+    failed: int = 0
+    dead: int = 0
+    pending: int = 0  # pending, sending or parked unknown: not finished yet
+    cancelled: dict[str, int] = field(default_factory=dict)  # by reason
+    median_seconds_to_send: float | None = None
+    p95_seconds_to_send: float | None = None
+
+
+def rollout_report(conn: Connection, since: timedelta) -> list[ReportRow]:
+    """Per template and queue, for messages created within ``since`` of now (DB clock).
+
+    This is the count comparison a rollout needs: events in, e-mails queued, sent,
+    failed, cancelled. It reads the rows created in the window (an index on
+    ``created_at``), so keep the window to days, not months.
+    """
+    now = conn.execute(select(db_now())).scalar_one()
+    cutoff = now - since
+    rows = conn.execute(
+        select(messages.c.template, messages.c.queue, messages.c.status, messages.c.reason,
+               messages.c.created_at, messages.c.sent_at)
+        .where(messages.c.created_at >= _same_kind(cutoff, now))
+    )
+    out: dict[tuple[str, str], ReportRow] = {}
+    waits: dict[tuple[str, str], list[float]] = {}
+    for template, queue, status, reason, created, sent in rows:
+        key = (template or "(pre-rendered)", queue)
+        row = out.setdefault(key, ReportRow(*key))
+        row.enqueued += 1
+        _count(row, status, reason)
+        if status == Status.SENT.value and sent is not None and created is not None:
+            waits.setdefault(key, []).append((sent - created).total_seconds())
+    for key, seconds in waits.items():
+        out[key].median_seconds_to_send = statistics.median(seconds)
+        out[key].p95_seconds_to_send = _p95(seconds)
+    return [out[k] for k in sorted(out)]
+
+
+def _same_kind(cutoff: datetime, now: datetime) -> datetime:
+    # SQLite hands back naive UTC times; compare like with like.
+    return cutoff.replace(tzinfo=None) if now.tzinfo is None else cutoff
+
+
+def _count(row: ReportRow, status: str, reason: str | None) -> None:
+    if status == Status.SENT.value:
+        row.sent += 1
+    elif status == Status.FAILED.value:
+        row.failed += 1
+    elif status == Status.DEAD.value:
+        row.dead += 1
+    elif status == Status.CANCELLED.value:
+        row.cancelled[reason or "operator"] = row.cancelled.get(reason or "operator", 0) + 1
+    else:
+        row.pending += 1
+
+
+def _p95(values: list[float]) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=20, method="inclusive")[-1]
+
+
+def mark_sent(conn: Connection, ids: list[int], provider_id: str | None) -> list[int]:
+    """Settle parked ``unknown`` rows as sent (the operator confirmed delivery)."""
+    values: dict[str, Any] = {
+        "status": Status.SENT.value, "reason": "confirmed_by_operator",
+        "sent_at": db_now(), "finished_at": db_now(),
+    }
+    if provider_id is not None:
+        values["provider_message_id"] = provider_id
+    stmt = (update(messages)
+            .where(messages.c.id.in_(ids), messages.c.status == Status.UNKNOWN.value)
+            .values(values).returning(messages.c.id))
+    return sorted(conn.execute(stmt).scalars())
+
+
+def unknown_ids(conn: Connection, ids: list[int]) -> list[int]:
+    """Those of ``ids`` whose row is parked in ``unknown``."""
+    stmt = select(messages.c.id).where(messages.c.id.in_(ids),
+                                       messages.c.status == Status.UNKNOWN.value)
+    return sorted(conn.execute(stmt).scalars())

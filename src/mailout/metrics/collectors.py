@@ -1,0 +1,157 @@
+"""Metrics read at scrape time: queue depth from the database, alert deliveries.
+
+Registered by :meth:`mailout.metrics.prometheus.PrometheusObserver.bind`; see that module.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from sqlalchemy import ColumnElement, Engine, case, func, literal_column, select, text
+
+from mailout.db.schema import db_now, messages
+from mailout.models import Status
+
+if TYPE_CHECKING:
+    from mailout.worker.runtime import Worker
+
+log = logging.getLogger("mailout.metrics.prometheus")
+
+CACHE_SECONDS = 1.0  # a scrape result is reused this long: scrapes cannot hammer the DB
+LOCK_WAIT_SECONDS = 2.0
+STATEMENT_TIMEOUT_MS = 5000
+LIVE_STATUSES = (Status.PENDING, Status.SENDING)
+# Literals, not bound parameters: a cached generic plan for "status = $1" could not use
+# the partial indexes (WHERE status = 'pending' / 'sending').
+_PENDING: ColumnElement[str] = literal_column(f"'{Status.PENDING.value}'")
+_SENDING: ColumnElement[str] = literal_column(f"'{Status.SENDING.value}'")
+
+
+class QueueCollector:
+    """Queue depth and the age of the oldest due message, read at scrape time.
+
+    Only live rows are counted, through the partial indexes the claim query uses
+    (``pending``: ix_mailout_messages_due, ``sending``: ix_mailout_messages_leased), so
+    the cost follows the backlog, not the table. Finished rows (sent, failed, dead,
+    cancelled) and ``unknown`` have no index on status: counting them would read the
+    whole table on every scrape of every worker. ``mailout status`` shows them, and
+    ``mailout_sends_total`` gives their rates.
+    """
+
+    def __init__(self, engine: Engine, queues: Iterable[str],
+                 cache_seconds: float = CACHE_SECONDS) -> None:
+        self._engine = engine
+        self._queues = set(queues)  # always reported (0 when empty); grows as queues appear
+        self.errors = 0  # failed queue queries: mailout_scrape_errors_total
+        self._cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._at = float("-inf")
+        self._cached: list[Metric] = []
+        self.queries = 0  # database round trips made, for tests and curiosity
+
+    def describe(self) -> list[Metric]:
+        return [*self._families({}, {}, ()), self._error_family()]  # no query here
+
+    def collect(self) -> list[Metric]:
+        # Concurrent scrapes share one query; behind a slow one, they serve the last result.
+        if self._lock.acquire(timeout=LOCK_WAIT_SECONDS):
+            try:
+                if time.monotonic() - self._at >= self._cache_seconds:
+                    self._cached = self._scrape()
+                    self._at = time.monotonic()
+            finally:
+                self._lock.release()
+        return [*self._cached, self._error_family()]
+
+    def _error_family(self) -> Metric:
+        family = CounterMetricFamily("mailout_scrape_errors",
+                                     "Scrapes whose queue query failed (queue series omitted).")
+        family.add_metric([], self.errors)
+        return family
+
+    def _scrape(self) -> list[Metric]:
+        self.queries += 1
+        try:
+            with self._engine.connect() as conn:
+                if conn.dialect.name == "postgresql":  # a stuck scrape must not pile up
+                    conn.execute(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"))
+                now = _aware(conn.execute(select(db_now())).scalar_one())
+                pending = conn.execute(
+                    select(messages.c.queue, func.count(),
+                           func.count(case((messages.c.next_attempt_at <= db_now(), 1))),
+                           func.min(messages.c.next_attempt_at))
+                    .where(messages.c.status == _PENDING)
+                    .group_by(messages.c.queue)).all()
+                sending = conn.execute(
+                    select(messages.c.queue, func.count())
+                    .where(messages.c.status == _SENDING)
+                    .group_by(messages.c.queue)).all()
+        except Exception as exc:  # any failure: omit the queue series, keep /metrics up
+            self.errors += 1
+            log.warning("metrics: queue query failed, queue series omitted: %s",
+                        type(exc).__name__)
+            return []
+        counts: dict[str, dict[str, float]] = {}
+        ages: dict[str, float] = {}
+        for queue, n, due, oldest in pending:
+            counts.setdefault(queue, {})["pending"] = n
+            counts[queue]["due"] = due
+            at = _aware(oldest)
+            ages[queue] = max(0.0, (now - at).total_seconds()) if at and now >= at else 0.0
+        for queue, n in sending:
+            counts.setdefault(queue, {})["sending"] = n
+        self._queues |= set(counts)
+        return self._families(counts, ages, sorted(self._queues))
+
+    @staticmethod
+    def _families(counts: dict[str, dict[str, float]], ages: dict[str, float],
+                  queues: Sequence[str]) -> list[Metric]:
+        depth = GaugeMetricFamily("mailout_queue_messages",
+                                  "Live messages by queue and status (pending, sending).",
+                                  labels=["queue", "status"])
+        due = GaugeMetricFamily("mailout_queue_due_messages",
+                                "Pending messages whose next attempt time has come.",
+                                labels=["queue"])
+        oldest = GaugeMetricFamily("mailout_queue_oldest_due_age_seconds",
+                                   "How long the oldest due pending message has waited "
+                                   "past its next attempt time (0 if none is due).",
+                                   labels=["queue"])
+        for queue in queues:
+            c = counts.get(queue, {})
+            for status in LIVE_STATUSES:
+                depth.add_metric([queue, status.value], c.get(status.value, 0))
+            due.add_metric([queue], c.get("due", 0))
+            oldest.add_metric([queue], ages.get(queue, 0.0))
+        return [depth, due, oldest]
+
+
+def _aware(value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime from the database, got {type(value).__name__}")
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class AlertCollector:
+    """Alert deliveries (webhook and callback) by result, read from the worker's Alerts."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def describe(self) -> list[Metric]:
+        return [CounterMetricFamily("mailout_alert_deliveries", "", labels=["result"])]
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(
+            "mailout_alert_deliveries",
+            "Alerts by delivery result: delivered, failed (after retries), dropped (queue "
+            "full).", labels=["result"])
+        stats = self._worker.alerts.stats
+        for result in ("delivered", "failed", "dropped"):
+            family.add_metric([result], stats.get(result, 0))
+        return [family]

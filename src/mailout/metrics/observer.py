@@ -1,0 +1,49 @@
+"""What a running worker reports about itself: the hook for metrics and health.
+
+The worker calls an :class:`Observer` at each event; :mod:`mailout.metrics.prometheus`
+implements one for Prometheus. Observers must be fast and must not raise: they run
+on the worker's event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mailout.db.leasing import Completion
+from mailout.models import ClaimedMessage
+
+
+class Observer(Protocol):
+    def attempt(self, msg: ClaimedMessage, completion: Completion, seconds: float) -> None:
+        """An attempt ended (``seconds``: claim to outcome, on this process's clock)."""
+
+    def reclaimed(self, msg: ClaimedMessage) -> None:
+        """A row was claimed after another worker's lease ran out."""
+
+    def paused(self, reason: str | None) -> None:
+        """The transport was paused for ``reason``, or resumed (None)."""
+
+    def tick(self) -> None:
+        """A lane loop went round: the worker is alive."""
+
+    def database(self, reachable: bool) -> None:
+        """A database call succeeded, or failed for want of a database."""
+
+
+class NullObserver:
+    """Observes nothing."""
+
+    def attempt(self, msg: ClaimedMessage, completion: Completion, seconds: float) -> None:
+        return None
+
+    def reclaimed(self, msg: ClaimedMessage) -> None:
+        return None
+
+    def paused(self, reason: str | None) -> None:
+        return None
+
+    def tick(self) -> None:
+        return None
+
+    def database(self, reachable: bool) -> None:
+        return None

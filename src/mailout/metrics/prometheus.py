@@ -1,0 +1,302 @@
+"""Prometheus metrics for one worker, and its health, served on ``--metrics-port``.
+
+:class:`PrometheusObserver` implements :class:`mailout.metrics.observer.Observer`: it counts
+sends by outcome, times attempts and end-to-end delivery, and remembers what the
+health endpoints need (last loop tick, database reachability, transport pause).
+Queue depth comes from the database at scrape time (:class:`QueueCollector`), from
+the partial indexes over live rows, cached for a second. Each observer has its own
+``CollectorRegistry``, so several workers can share one process (as tests do).
+
+Wiring::
+
+    observer = PrometheusObserver()
+    worker = build_worker(settings, observer=observer)
+    server = start_metrics_server(port, worker)   # /metrics, /healthz, /readyz
+    try:
+        asyncio.run(worker.run())
+    finally:
+        server.close()
+
+See docs/observability.md for every metric, the alert rules and the dashboard.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import choose_encoder
+
+from mailout import __version__
+from mailout.db.leasing import Completion
+from mailout.exceptions import ConfigError
+from mailout.metrics.collectors import CACHE_SECONDS, AlertCollector, QueueCollector
+from mailout.metrics.observer import NullObserver
+from mailout.models import ClaimedMessage, Outcome
+from mailout.worker.lane import DB_RETRY_CAP
+
+if TYPE_CHECKING:
+    from mailout.worker.runtime import Worker
+
+log = logging.getLogger("mailout.metrics.prometheus")
+
+ATTEMPT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+                   4 * 3600.0, 86400.0)
+LIVE_POLLS = 10  # /healthz fails when the loop has not ticked for this many poll intervals
+LIVE_MIN_SECONDS = 10.0
+
+# Every metric name a scrape can show (without the _total/_bucket/... suffixes);
+# tests check the shipped dashboard and alert rules against it.
+METRIC_NAMES = frozenset({
+    "mailout_sends", "mailout_attempt_duration_seconds", "mailout_delivery_latency_seconds",
+    "mailout_transport_paused", "mailout_lease_reclaims", "mailout_database_up",
+    "mailout_worker_last_tick_timestamp_seconds", "mailout_worker", "mailout_scrape_errors",
+    "mailout_queue_messages", "mailout_queue_due_messages",
+    "mailout_queue_oldest_due_age_seconds", "mailout_alert_deliveries",
+})
+
+
+class PrometheusObserver:
+    """Metrics and health state of one worker; see the module docstring."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 cache_seconds: float = CACHE_SECONDS, live_after: float | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.cache_seconds = cache_seconds
+        self.live_after = live_after  # None: from the worker's poll interval, at bind()
+        r = self.registry
+        self.sends = Counter("mailout_sends", "Send attempts by outcome.",
+                             ["queue", "outcome"], registry=r)
+        self.attempt_seconds = Histogram(
+            "mailout_attempt_duration_seconds", "Claim to outcome of one attempt.",
+            ["queue"], buckets=ATTEMPT_BUCKETS, registry=r)
+        self.latency = Histogram(
+            "mailout_delivery_latency_seconds",
+            "Enqueue to acceptance by the SMTP server (sent messages only).",
+            ["queue"], buckets=LATENCY_BUCKETS, registry=r)
+        self.reclaims = Counter("mailout_lease_reclaims",
+                                "Rows claimed after another worker's lease ran out.",
+                                ["queue"], registry=r)
+        self.info = Info("mailout_worker", "The worker process.", registry=r)
+        Gauge("mailout_transport_paused", "1 while sending is paused after a configuration "
+              "error (bad credentials, broken TLS).", registry=r).set_function(
+            lambda: float(self.transport_paused))
+        Gauge("mailout_database_up", "1 if the worker's last database call succeeded.",
+              registry=r).set_function(lambda: float(bool(self.database_ok)))
+        Gauge("mailout_worker_last_tick_timestamp_seconds",
+              "Unix time of the last claim-loop iteration.", registry=r).set_function(
+            lambda: self._last_tick_wall)
+        # Health state, written on the event loop and read by the HTTP threads: each is
+        # one attribute assignment, atomic under the GIL.
+        self.transport_paused = False
+        self.paused_reason: str | None = None
+        self.database_ok: bool | None = None
+        self._last_tick: float | None = None  # time.monotonic()
+        self._last_tick_wall = 0.0
+        self._created = time.monotonic()
+        self._worker: Worker | None = None
+        self.queue_collector: QueueCollector | None = None  # set by bind()
+        self._failed_once = False
+
+    # -- Observer ----------------------------------------------------------------
+
+    def attempt(self, msg: ClaimedMessage, completion: Completion, seconds: float) -> None:
+        if not completion.logged:
+            return  # nothing was attempted (a row parked or held at claim)
+        try:
+            self.sends.labels(msg.queue, completion.outcome.value).inc()
+            self.attempt_seconds.labels(msg.queue).observe(seconds)
+            if completion.outcome is Outcome.SENT:
+                # Both ends on the database clock; the send itself on this process's.
+                waited = (msg.claimed_at - msg.created_at).total_seconds() + seconds
+                self.latency.labels(msg.queue).observe(max(0.0, waited))
+        except Exception:  # a metrics bug must never keep an attempt from being recorded
+            if not self._failed_once:
+                self._failed_once = True
+                log.exception("metrics: could not record an attempt")
+
+    def reclaimed(self, msg: ClaimedMessage) -> None:
+        self.reclaims.labels(msg.queue).inc()
+
+    def paused(self, reason: str | None) -> None:
+        self.transport_paused = reason is not None
+        self.paused_reason = reason
+
+    def tick(self) -> None:
+        self._last_tick = time.monotonic()
+        self._last_tick_wall = time.time()
+
+    def database(self, reachable: bool) -> None:
+        self.database_ok = reachable
+
+    # -- wiring ------------------------------------------------------------------
+
+    def bind(self, worker: Worker) -> None:
+        """Add what needs the built worker: queue metrics from its database, its info."""
+        if self._worker is not None:
+            raise RuntimeError("this observer is already bound to a worker")
+        self._worker = worker
+        if self.live_after is None:
+            self.live_after = max(LIVE_POLLS * worker.opts.poll_seconds, LIVE_MIN_SECONDS)
+        lanes = [r.lane for r in worker.lanes]
+        self.info.info({
+            "version": __version__, "worker": worker.name,
+            "lanes": ",".join(f"{ln.name}({'+'.join(ln.queues) or '*'}):{ln.concurrency}"
+                              for ln in lanes),
+        })
+        queues = {q for ln in lanes for q in ln.queues}
+        if any(not ln.queues for ln in lanes):
+            queues.add("default")
+        # Series exist from the start at 0, so increase() sees the first dead letter.
+        for queue in sorted(queues):
+            for outcome in Outcome:
+                self.sends.labels(queue, outcome.value)
+            self.reclaims.labels(queue)
+        self.queue_collector = QueueCollector(worker.engine, queues, self.cache_seconds)
+        self.registry.register(self.queue_collector)
+        self.registry.register(AlertCollector(worker))
+
+    # -- health ------------------------------------------------------------------
+
+    def liveness(self) -> tuple[bool, str]:
+        """Alive when the claim loop went round recently (longer while the DB is down)."""
+        limit = self.live_after or LIVE_MIN_SECONDS
+        if self.database_ok is False:
+            limit += DB_RETRY_CAP  # the loop backs off up to this long between tries
+        worker = self._worker
+        if worker is not None and worker.stopping:
+            return True, "stopping: finishing in-flight sends"
+        last = self._last_tick
+        if last is None:
+            waited = time.monotonic() - self._created
+            return waited <= limit, f"starting ({waited:.1f}s)"
+        age = time.monotonic() - last
+        if age > limit:
+            return False, f"stalled: the claim loop last ran {age:.1f}s ago (limit {limit:g}s)"
+        return True, f"alive: the claim loop ran {age:.1f}s ago"
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready when the database answers and the transport is not paused."""
+        worker = self._worker
+        if worker is not None and worker.stopping:
+            return False, "stopping"
+        if self._last_tick is None or self.database_ok is None:
+            return False, "starting"
+        if not self.database_ok:
+            return False, "database unreachable: the last database call failed"
+        if self.transport_paused:
+            return False, f"transport paused: {self.paused_reason}"
+        alive, why = self.liveness()
+        return (True, "ready") if alive else (False, why)
+
+
+# -- the HTTP server -----------------------------------------------------------------
+
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host; read-only
+
+
+class MetricsServer:
+    """A running metrics/health server; :meth:`close` stops it."""
+
+    def __init__(self, httpd: _Server, thread: threading.Thread) -> None:
+        self._httpd = httpd
+        self._thread = thread
+        host, port = httpd.server_address[:2]
+        self.host, self.port = str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in (ALL_INTERFACES, "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and free the port (idempotent)."""
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def start_metrics_server(port: int, worker: Worker, *, host: str = ALL_INTERFACES
+                         ) -> MetricsServer:
+    """Serve /metrics, /healthz and /readyz for ``worker`` from a daemon thread.
+
+    The worker should be built with ``observer=PrometheusObserver()``; one built
+    without an observer gets one now. ``port`` 0 picks a free port (see ``.port``).
+    Raises ConfigError (MAILOUT_METRICS_PORT) when the port cannot be bound.
+    """
+    observer = worker.observer
+    if isinstance(observer, NullObserver):
+        observer = worker.observer = PrometheusObserver()
+    if not isinstance(observer, PrometheusObserver):
+        raise TypeError("start_metrics_server needs a worker built with "
+                        "observer=PrometheusObserver()")
+    observer.bind(worker)
+    try:
+        httpd = _Server((host, port), _Handler)
+    except OSError as exc:
+        raise ConfigError("MAILOUT_METRICS_PORT", f"cannot listen on {host}:{port}: "
+                          f"{exc.strerror or exc}") from None
+    httpd.observer = observer
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                              name="mailout-metrics", daemon=True)
+    thread.start()
+    server = MetricsServer(httpd, thread)
+    log.info("metrics and health on %s:%d (/metrics, /healthz, /readyz)",
+             server.host or ALL_INTERFACES, server.port)
+    return server
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    observer: PrometheusObserver
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "mailout"
+
+    def do_GET(self) -> None:
+        observer = self.server.observer
+        path = urlsplit(self.path).path
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            try:
+                body = encoder(observer.registry)
+            except Exception:
+                log.exception("metrics: collecting failed")
+                self._reply(500, b"collecting metrics failed\n", "text/plain")
+                return
+            self._reply(200, body, content_type)
+        elif path in ("/healthz", "/readyz"):
+            ok, reason = observer.liveness() if path == "/healthz" else observer.readiness()
+            self._reply(200 if ok else 503, f"{reason}\n".encode(), "text/plain")
+        elif path == "/":
+            self._reply(200, b"mailout worker: /metrics /healthz /readyz\n", "text/plain")
+        else:
+            self._reply(404, b"not found\n", "text/plain")
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics http: %s", format % args)

@@ -1,0 +1,214 @@
+"""Decide what a send attempt means: sent, retry, fail, pause or unknown.
+
+Pure functions, no I/O. The transport reports *what happened*
+(:class:`~mailout.transports.base.SendOutcome`); :func:`classify` turns that into
+*what to do* (:class:`Decision`), following RFC 5321: a 4yz reply is transient,
+a 5yz reply is permanent. Whether a permanent reply is about this message or
+about our configuration depends on the stage it came at.
+
+Also here: :func:`parse_enhanced_code` and :func:`parse_provider_id`, the
+canonical parsers of reply text. They never raise.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from mailout.transports.base import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp import codes as smtpcodes
+
+
+class Action(enum.StrEnum):
+    """What the worker should do with the message after one attempt."""
+
+    SENT = "sent"  # the server took responsibility for the message; record it as sent
+    RETRY = "retry"  # transient problem, nothing was handed over; try again later
+    FAIL = "fail"  # the server refused this message for good; do not retry it
+    PAUSE = "pause"  # our configuration is wrong; stop sending, return the message uncharged
+    UNKNOWN = "unknown"  # the server may or may not have accepted it; a retry may duplicate
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An :class:`Action` with a short machine-friendly reason (a metrics label)."""
+
+    action: Action
+    reason: str
+
+
+# Stages before the message itself is discussed: a permanent reply here is about
+# the connection, the account or the TLS setup, never about this one message.
+_CONNECTION_STAGES = frozenset({Stage.CONNECT, Stage.EHLO, Stage.STARTTLS, Stage.AUTH})
+_REJECTED_REASON = {
+    Stage.CONNECT: "greeting_rejected",
+    Stage.EHLO: "ehlo_rejected",
+    Stage.STARTTLS: "starttls_rejected",
+    Stage.AUTH: "auth_rejected",
+}
+# Replies that mean "fix the credentials or the TLS settings", whatever the stage.
+_CONFIG_REPLIES = {
+    smtpcodes.AUTH_CREDENTIALS_INVALID: "bad_credentials",
+    smtpcodes.AUTH_REQUIRED: "auth_required",
+    smtpcodes.ENCRYPTION_REQUIRED: "encryption_required",
+}
+_NO_CONTACT_REASON = {
+    Failure.REFUSED: "connect_refused",
+    Failure.DNS: "dns_failure",
+    Failure.TIMEOUT: "timeout",
+    Failure.DISCONNECT: "disconnect",
+}
+
+_SENT = Decision(Action.SENT, "accepted")
+_LOST_REPLY = Decision(Action.UNKNOWN, "lost_reply_after_data")
+
+
+def classify(outcome: SendOutcome) -> Decision:
+    """Decide what to do after one send attempt. Never raises.
+
+    - accepted (no failure, and a 2yz reply or none) -> SENT "accepted";
+    - at BODY (the content and the final "." were being sent) any failure that
+      is not a reply -> UNKNOWN "lost_reply_after_data": the server may have
+      queued the message, so a retry could deliver it twice;
+    - TLS certificate or handshake failure -> PAUSE "tls_failure";
+    - refused, DNS, timeout or disconnect before BODY -> RETRY;
+    - 4yz at any stage -> RETRY;
+    - 535, 530, 538 at any stage -> PAUSE;
+    - other 5yz at CONNECT/EHLO/STARTTLS/AUTH -> PAUSE "<stage>_rejected";
+    - 5yz at MAIL/RCPT/DATA/BODY -> FAIL;
+    - anything else -> RETRY "unexpected_outcome" (UNKNOWN at BODY).
+
+    The basic reply code decides transient vs permanent; the enhanced code only
+    refines the reason label (RFC 3463 says both carry the same class).
+    """
+    if outcome.failure is None:
+        # Trust the transport's "accepted" unless the reply it attached contradicts it.
+        if outcome.reply is None or _reply_class(outcome.reply.code) == smtpcodes.POSITIVE:
+            return _SENT
+        return _classify_reply(outcome.stage, outcome.reply)
+    if outcome.failure is Failure.REPLY:
+        if outcome.reply is None:
+            return _unforeseen(outcome.stage)
+        return _classify_reply(outcome.stage, outcome.reply)
+    if outcome.stage is Stage.BODY:
+        # Whatever broke the connection after DATA's 354, the final "." may have
+        # reached the server and been queued; only the reply went missing.
+        return _LOST_REPLY
+    if outcome.failure is Failure.TLS:
+        return Decision(Action.PAUSE, "tls_failure")
+    reason = _NO_CONTACT_REASON.get(outcome.failure)
+    if reason is not None:
+        return Decision(Action.RETRY, reason)
+    return _unforeseen(outcome.stage)
+
+
+def _classify_reply(stage: Stage, reply: Reply) -> Decision:
+    reply_class = _reply_class(reply.code)
+    enhanced = reply.enhanced or parse_enhanced_code(reply.text)
+    if reply_class == smtpcodes.TRANSIENT:
+        if reply.code == smtpcodes.SERVICE_NOT_AVAILABLE:
+            return Decision(Action.RETRY, "service_not_available")
+        if enhanced == smtpcodes.MAILBOX_FULL:
+            return Decision(Action.RETRY, "mailbox_full")
+        return Decision(Action.RETRY, "transient_reply")
+    if reply_class != smtpcodes.PERMANENT:
+        return _unforeseen(stage)
+    config_reason = _CONFIG_REPLIES.get(reply.code)
+    if config_reason is not None:
+        return Decision(Action.PAUSE, config_reason)
+    if stage in _CONNECTION_STAGES:
+        return Decision(Action.PAUSE, _REJECTED_REASON[stage])
+    if enhanced == smtpcodes.MESSAGE_TOO_BIG:
+        return Decision(Action.FAIL, "message_too_big")
+    if stage is Stage.RCPT:
+        return Decision(Action.FAIL, "recipient_rejected")
+    if stage is Stage.MAIL:
+        return Decision(Action.FAIL, "sender_rejected")
+    return Decision(Action.FAIL, "permanent_reply")
+
+
+def _unforeseen(stage: Stage) -> Decision:
+    # An outcome the rules do not cover is most likely a transport quirk. Before
+    # the final "." nothing was handed over, so a retry is safe and the attempt
+    # limit still bounds it; after it, a retry could duplicate, so say UNKNOWN.
+    if stage is Stage.BODY:
+        return Decision(Action.UNKNOWN, "unexpected_outcome")
+    return Decision(Action.RETRY, "unexpected_outcome")
+
+
+def _reply_class(code: int) -> int | None:
+    """The first digit of a well-formed reply code (2..5), else None."""
+    first = code // 100
+    return first if smtpcodes.POSITIVE <= first <= smtpcodes.PERMANENT else None
+
+
+# RFC 3463: class "." subject "." detail, optionally after the basic code
+# ("550 5.1.1" or "550-5.1.1" when given a whole reply line).
+_ENHANCED_RE = re.compile(r"\s*(?:[2-5]\d\d[ -]\s*)?([245]\.\d{1,3}\.\d{1,3})(?![\d.])")
+
+
+def parse_enhanced_code(text: str) -> str | None:
+    """The RFC 3463 enhanced status code at the start of reply text, e.g. "5.1.1".
+
+    Accepts the text alone ("5.1.1 no such user") or a whole reply line
+    ("550 5.1.1 no such user"). Returns None when there is none. Never raises.
+    """
+    match = _ENHANCED_RE.match(text)
+    return match.group(1) if match else None
+
+
+# Longer "ids" are not ids: the column that stores them is bounded.
+_MAX_ID_LENGTH = 255
+# Only the first part of a reply is looked at, so a huge reply cannot cost much.
+_MAX_SCAN = 2000
+_ID_RE = r"([A-Za-z0-9][A-Za-z0-9._@+=/-]*)"
+_PROVIDER_PATTERNS = (
+    # Postfix, SendGrid, Mailjet...: "2.0.0 Ok: queued as 4Xyz12AbC"
+    re.compile(r"\bqueued\s+as:?\s+<?" + _ID_RE, re.IGNORECASE),
+    # Gmail: "2.0.0 OK  1700000000 a1-20020a05abc.123 - gsmtp" (timestamp, then id)
+    re.compile(r"\bOK\s+\d+\s+" + _ID_RE + r"\s+-\s+gsmtp", re.IGNORECASE),
+    # Exim: "OK id=1rABCD-000123-Ab"
+    re.compile(r"\bid=<?" + _ID_RE, re.IGNORECASE),
+    # Sendmail: "2.0.0 4ABCdef012345 Message accepted for delivery"
+    re.compile(_ID_RE + r"\s+Message accepted for delivery", re.IGNORECASE),
+)
+# Exchange / Office 365 and others: "2.6.0 <id@host> [InternalId=...] Queued mail..."
+_BRACKETED = re.compile(r"<([^<>\s]+)>")
+# Amazon SES: "Ok 0100018c1f2e3d4c-...-000000"; the word after "Ok" must look like an
+# id (has a digit, long enough) so that "Ok thanks" is not mistaken for one.
+_AFTER_OK = re.compile(r"^\s*(?:2\.\d{1,3}\.\d{1,3}\s+)?OK:?\s+" + _ID_RE, re.IGNORECASE)
+_MIN_BARE_ID = 8
+
+
+def parse_provider_id(reply_text: str) -> str | None:
+    """The provider's id for an accepted message, from the final 250 reply text.
+
+    Recognises "queued as ID" (Postfix, SendGrid), "OK <ts> ID - gsmtp" (Gmail),
+    "id=ID" (Exim), "ID Message accepted for delivery" (Sendmail), "<ID>" (Exchange
+    and others; returned WITHOUT the angle brackets) and "Ok ID" (Amazon SES).
+    Returns None when nothing id-like is found or the candidate is longer than
+    255 characters. Never raises.
+    """
+    text = reply_text[:_MAX_SCAN] if isinstance(reply_text, str) else ""
+    for pattern in _PROVIDER_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            return _clean(match.group(1))
+    match = _BRACKETED.search(text)
+    if match:
+        return _clean(match.group(1))
+    match = _AFTER_OK.match(text)
+    if match:
+        candidate = _clean(match.group(1))
+        if candidate and len(candidate) >= _MIN_BARE_ID and any(c.isdigit() for c in candidate):
+            return candidate
+    return None
+
+
+def _clean(candidate: str) -> str | None:
+    # A sentence may end right after the id: "queued as ABC123."
+    candidate = candidate.rstrip(".,;:")
+    if not candidate or len(candidate) > _MAX_ID_LENGTH:
+        return None
+    return candidate

@@ -1,0 +1,128 @@
+"""Assembles a worker from settings: engine, lanes, renderer, transports, alerts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from sqlalchemy import Engine
+
+from mailout import attempt, db
+from mailout.alerts import AlertCallback, Alerts
+from mailout.config import Settings
+from mailout.guards import Guards, known_schemas, load_registry, parse_domains
+from mailout.metrics.observer import Observer
+from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
+from mailout.render import Renderer
+from mailout.transports.base import Transport
+from mailout.transports.smtp.client import SmtpTransport
+from mailout.worker.runtime import Options, Worker, make_rng, worker_name
+
+log = logging.getLogger("mailout.worker.runtime")
+
+SQLITE_POLL = 0.2  # SQLite has no NOTIFY: poll more often
+PG_POLL = 1.0
+
+
+def build_worker(
+    settings: Settings,
+    *,
+    engine: Engine | None = None,
+    transport_factory: Callable[[], Transport] | None = None,
+    queues: Sequence[str] | None = None,
+    until_idle: bool = False,
+    alert_callback: AlertCallback | None = None,
+    observer: Observer | None = None,
+) -> Worker:
+    """A ready-to-run :class:`Worker`. Raises SchemaMissing if migrations are not applied.
+
+    Each lane gets its own transport (its own SMTP connections); ``queues`` limits
+    the single default lane when no MAILOUT_LANES is set.
+    """
+    engine = engine or db.make_engine(settings.database_url)
+    db.require_schema(engine)
+    assert settings.mail_from is not None  # config.load refuses a missing MAIL_FROM
+    policies = settings.policies()
+    name = worker_name()
+    renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
+                        idempotency_header=settings.idempotency_header)
+    lanes = settings.lane_list(queues)
+    guards = _guards(settings)
+
+    def transport(concurrency: int) -> Transport:
+        if transport_factory is not None:
+            return transport_factory()
+        pool = settings.smtp_pool_size or concurrency
+        return SmtpTransport(replace(settings.smtp(), pool_size=pool))
+
+    contexts = [
+        (lane, attempt.Context(
+            worker=name, policy=settings.retry_policy, renderer=renderer,
+            transport=transport(lane.concurrency), rng=make_rng(),
+            on_unknown=settings.on_unknown, log_recipients=settings.log_recipients,
+            queue_policies={q: p.retry for q, p in policies.items()},
+            guards=guards, engine=engine,
+        ))
+        for lane in lanes
+    ]
+    poll = settings.poll_seconds or (SQLITE_POLL if engine.dialect.name == "sqlite" else PG_POLL)
+    options = Options(
+        lease_seconds=settings.lease_seconds,
+        poll_seconds=poll,
+        pause_seconds=settings.pause_seconds,
+        pause_cap=settings.pause_cap,
+        shutdown_grace=settings.shutdown_grace,
+        until_idle=until_idle,
+        listen=settings.listen,
+    )
+    rates = {q: p.rate_per_second for q, p in policies.items() if p.rate_per_second}
+    return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook,
+                                                      log_recipients=settings.log_recipients),
+                  rates, observer)
+
+
+def _guards(settings: Settings) -> Guards:
+    guards = Guards(
+        checks=load_registry(settings.checks, "MAILOUT_CHECKS"),
+        resolvers=load_registry(settings.resolvers, "MAILOUT_RESOLVERS"),
+        redirect_to=settings.redirect_to,
+        allow_domains=parse_domains(settings.allow_domains),
+        schemas=known_schemas(settings.templates_dir),
+    )
+    if guards.redirect_to:
+        log.warning("*** MAILOUT_REDIRECT_TO is set: EVERY message goes to %s instead of "
+                    "its recipient ***", guards.redirect_to)
+    if guards.allow_domains is not None:
+        log.warning("*** MAILOUT_ALLOW_DOMAINS is set: messages to other domains than %s "
+                    "are cancelled ***", ", ".join(sorted(guards.allow_domains)))
+    return guards
+
+
+def run_worker(
+    settings: Settings,
+    *,
+    queues: Sequence[str] | None = None,
+    until_idle: bool = False,
+    alert_callback: AlertCallback | None = None,
+    metrics_port: int | None = None,
+) -> Worker:
+    """Build a worker and run it to the end in a fresh event loop.
+
+    With ``metrics_port``, serve /metrics, /healthz and /readyz there meanwhile.
+    """
+    observer = PrometheusObserver() if metrics_port is not None else None
+    worker = build_worker(
+        settings, queues=queues, until_idle=until_idle, alert_callback=alert_callback,
+        observer=observer,
+    )
+    server = start_metrics_server(metrics_port, worker) if metrics_port is not None else None
+    try:
+        asyncio.run(worker.run())
+    finally:
+        if server is not None:
+            server.close()
+        worker.alerts.close()
+        worker.engine.dispose()
+    return worker

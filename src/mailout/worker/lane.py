@@ -1,0 +1,204 @@
+"""One lane's loop: claim from its queues, start attempts, sleep until woken.
+
+A lane owns its concurrency slots and its transport (its SMTP connections); the
+process-wide parts (database engine, completion writer, transport gate, alerts)
+belong to the :class:`~mailout.worker.runtime.Worker` that runs the lanes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from mailout import attempt, db
+from mailout.db import leasing
+from mailout.db.leasing import Completion
+from mailout.models import ClaimedMessage
+from mailout.policy import Lane
+from mailout.worker.ratelimit import TokenBucket
+
+if TYPE_CHECKING:
+    from mailout.worker.runtime import Worker
+
+log = logging.getLogger("mailout.worker.runtime")
+
+DB_RETRY_CAP = 30.0
+
+
+@dataclass
+class InFlight:
+    msg: ClaimedMessage
+    task: asyncio.Task[Completion]
+    started: float  # time.monotonic() at start
+
+
+class LaneRunner:
+    """Claims and sends for one lane until the worker stops (or the lane is idle)."""
+
+    def __init__(self, worker: Worker, lane: Lane, ctx: attempt.Context,
+                 buckets: Mapping[str, TokenBucket]) -> None:
+        self.worker = worker
+        self.lane = lane
+        self.ctx = ctx
+        self.in_flight: dict[int, InFlight] = {}
+        self._sending: set[int] = set()  # in flight and handed to the transport
+        self.wake = asyncio.Event()
+        # Queues with a send rate are claimed on their own, so each can be paced. A lane
+        # over every queue (no queues named) claims the paced ones apart from the rest.
+        every = not lane.queues
+        rated = [q for q in (buckets if every else lane.queues) if q in buckets]
+        self._groups: list[tuple[tuple[str, ...], TokenBucket | None]] = [
+            ((q,), buckets[q]) for q in rated
+        ]
+        unrated = tuple(q for q in lane.queues if q not in buckets)
+        if unrated or every:
+            self._groups.insert(0, (unrated, None))
+        self._exclude = tuple(rated) if every else ()
+
+    async def run(self) -> None:
+        db_backoff = 0.5
+        opts = self.worker.opts
+        while not self.worker.stopping:
+            # Clear before looking: a send finishing from here on must wake the sleep.
+            self.wake.clear()
+            self.worker.observer.tick()
+            try:
+                claimed, full = await self._claim_all()
+                db_backoff = 0.5
+                self.worker.observer.database(True)
+            except (OperationalError, DBAPIError) as exc:
+                self.worker.observer.database(False)
+                log.warning("claim failed in lane %s, retrying in %.1fs: %s", self.lane.name,
+                            db_backoff, type(exc).__name__)
+                await self._sleep(db_backoff)
+                db_backoff = min(db_backoff * 2, DB_RETRY_CAP)
+                continue
+            for msg in claimed:
+                self._start(msg)
+            if full:
+                continue  # a full batch: more may be due, claim again at once
+            if opts.until_idle and not claimed and await self.idle():
+                return
+            await self._sleep(self._wait_time())
+
+    async def _claim_all(self) -> tuple[list[ClaimedMessage], bool]:
+        """Claim for every queue group; ``full`` when some group got all it asked for."""
+        claimed: list[ClaimedMessage] = []
+        full = False
+        for queues, bucket in self._groups:
+            free = self.lane.concurrency - len(self.in_flight) - len(claimed)
+            want = self.worker.gate.capacity(free, len(self.in_flight) + len(claimed))
+            if bucket is not None:
+                want = bucket.take(want)
+            if want <= 0:
+                continue
+            exclude = self._exclude if bucket is None else ()
+            got = await asyncio.to_thread(self._claim, queues, exclude, want)
+            if bucket is not None:
+                bucket.give_back(want - len(got))
+            claimed += got
+            full = full or len(got) == want
+        return claimed, full
+
+    def _claim(self, queues: tuple[str, ...], exclude: tuple[str, ...],
+               limit: int) -> list[ClaimedMessage]:
+        with db.immediate(self.worker.engine) as conn:
+            paused = self.worker.pauses.current(conn)
+            return leasing.claim(conn, owner=self.ctx.worker, limit=limit,
+                               lease_seconds=self.worker.opts.lease_seconds, queues=queues,
+                               exclude_queues=(*exclude, *paused.queues),
+                               exclude_templates=paused.templates)
+
+    def _wait_time(self) -> float:
+        poll = self.worker.opts.poll_seconds
+        gate = self.worker.gate
+        waits = [poll]
+        if gate.paused and not self.in_flight:
+            waits.append(max(0.05, gate.seconds_left()))
+        waits += [max(0.01, b.wait_time()) for _, b in self._groups if b is not None]
+        return min(waits)
+
+    async def idle(self) -> bool:
+        """With until_idle: nothing running here, nothing unwritten, nothing due now."""
+        if self.in_flight or not self.worker.writer.idle or self.worker.gate.paused:
+            return False
+        try:
+            due_in = await asyncio.to_thread(self._due_in)
+        except (OperationalError, DBAPIError):
+            return False  # cannot tell: keep running, the claim loop retries the database
+        return due_in is None or due_in > 0
+
+    def _due_in(self) -> float | None:
+        with self.worker.engine.connect() as conn:
+            paused = self.worker.pauses.current(conn)
+            return leasing.next_due_in(conn, self.lane.queues, paused.queues, paused.templates)
+
+    def _start(self, msg: ClaimedMessage) -> None:
+        if msg.reclaimed:
+            self.worker.observer.reclaimed(msg)
+            log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
+                        "outcome is unknown", msg.id, msg.key)
+        task = asyncio.create_task(
+            attempt.run(msg, self.ctx, pause_seconds=self.worker.opts.pause_seconds,
+                        on_send=functools.partial(self._sending.add, msg.id)),
+            name=f"mailout-send-{msg.id}",
+        )
+        self.in_flight[msg.id] = InFlight(msg, task, time.monotonic())
+        task.add_done_callback(functools.partial(self._finished, msg))
+
+    def _finished(self, msg: ClaimedMessage, task: asyncio.Task[Completion]) -> None:
+        flight = self.in_flight.pop(msg.id, None)
+        self._sending.discard(msg.id)
+        self.wake.set()
+        if task.cancelled():
+            return  # shutdown gave up on it; its lease expires and it is reclaimed
+        exc = task.exception()
+        if exc is not None:
+            # A bug, not a delivery problem: leave the row to lease expiry rather than
+            # guess. The next claim logs the attempt as unknown and resends it.
+            log.error("attempt for id=%s crashed: %r", msg.id, exc)
+            return
+        completion = task.result()
+        seconds = time.monotonic() - flight.started if flight else 0.0
+        self.worker.observer.attempt(msg, completion, seconds)
+        self.worker.record(completion)
+
+    async def drain(self, grace: float) -> None:
+        """Let in-flight sends finish within ``grace`` seconds; cancel the rest."""
+        tasks = [f.task for f in self.in_flight.values()]
+        if not tasks:
+            return
+        log.info("lane %s: waiting up to %.0fs for %d in-flight sends", self.lane.name,
+                 grace, len(tasks))
+        _done, pending = await asyncio.wait(tasks, timeout=grace)
+        # Rows whose attempt never reached the transport go back to pending at once,
+        # uncharged; those cut off mid-send are left to their lease (outcome unknown).
+        unstarted = [(f.msg.id, f.msg.lease_token) for f in self.in_flight.values()
+                     if f.task in pending and f.msg.id not in self._sending]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        if unstarted:
+            try:
+                released = await asyncio.to_thread(self._release, unstarted)
+                log.info("lane %s: released %d unstarted rows", self.lane.name, released)
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("could not release %d rows, their leases will expire: %s",
+                            len(unstarted), type(exc).__name__)
+
+    def _release(self, leases: list[tuple[int, str]]) -> int:
+        with self.worker.engine.begin() as conn:
+            return leasing.release(conn, leases)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), seconds)

@@ -1,0 +1,223 @@
+"""The worker process: runs its lanes and owns what they share.
+
+Each lane (:mod:`mailout.worker.lane`) claims and sends for its own queues. The worker
+holds the shared parts and hands each step to its module: recording
+(:mod:`completions`), the pause after configuration errors (:mod:`gate`), alerts
+(:mod:`alerts`), lease heartbeats, NOTIFY wakeups (:mod:`wakeup`) and shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from mailout import attempt
+from mailout.alerts import Alert, Alerts
+from mailout.db import leasing, notifications
+from mailout.db.leasing import Completion
+from mailout.metrics.observer import NullObserver, Observer
+from mailout.models import Outcome, Status
+from mailout.policy import Lane
+from mailout.worker.breaker import Gate
+from mailout.worker.completions import CompletionWriter
+from mailout.worker.lane import LaneRunner
+from mailout.worker.ratelimit import TokenBucket
+
+log = logging.getLogger("mailout.worker.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How one worker runs; see :mod:`mailout.config` for the matching settings."""
+
+    lease_seconds: float = 120.0
+    poll_seconds: float = 1.0
+    pause_seconds: float = 30.0
+    pause_cap: float = 600.0
+    shutdown_grace: float = 30.0
+    until_idle: bool = False
+    listen: bool = True  # LISTEN for NOTIFY on PostgreSQL; off for PgBouncer (poll only)
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    queues: tuple[str, ...] = ()
+    templates: tuple[str, ...] = ()
+
+
+class PauseCache:
+    """Operator pauses (``mailout pause``), re-read from the database every few seconds."""
+
+    TTL = 2.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = float("-inf")
+        self._value = Paused()
+
+    def current(self, conn: Connection) -> Paused:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.TTL:
+                rows = leasing.list_pauses(conn)
+                self._value = Paused(
+                    tuple(r["name"] for r in rows if r["kind"] == "queue"),
+                    tuple(r["name"] for r in rows if r["kind"] == "template"),
+                )
+                self._read_at = time.monotonic()
+            return self._value
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """Sends due messages until stopped (or, with ``until_idle``, until none is due)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        lanes: Sequence[tuple[Lane, attempt.Context]],
+        options: Options,
+        alerts: Alerts,
+        rates: Mapping[str, float] | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.engine = engine
+        self.observer: Observer = observer or NullObserver()
+        self.opts = options
+        self.alerts = alerts
+        self.gate = Gate(options.pause_seconds, options.pause_cap)
+        self.writer = CompletionWriter(
+            engine, self._written, lambda: any(r.in_flight for r in self.lanes))
+        buckets = {q: TokenBucket(rate) for q, rate in (rates or {}).items()}
+        self.lanes = [LaneRunner(self, lane, ctx, buckets) for lane, ctx in lanes]
+        self.name = lanes[0][1].worker if lanes else worker_name()
+        self.pauses = PauseCache()
+        self.stopping = False
+        self.sent = 0
+        self._held_alerted: set[str] = set()
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight sends finish (up to the grace period)."""
+        if not self.stopping:
+            log.info("worker %s stopping", self.name)
+        self.stopping = True
+        for lane in self.lanes:
+            lane.wake.set()
+
+    async def run(self) -> None:
+        """Run until stopped. Never raises for a message, a server or a database outage."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop)
+        helpers = [asyncio.create_task(self.writer.run(), name="mailout-completions"),
+                   asyncio.create_task(self._heartbeat(), name="mailout-heartbeat")]
+        if self.opts.listen and self.engine.dialect.name == "postgresql":
+            url = self.engine.url.render_as_string(hide_password=False)
+            helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
+                                               name="mailout-listen"))
+        log.info("worker %s started: lanes %s", self.name, ", ".join(
+            f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"
+            for r in self.lanes))
+        try:
+            await asyncio.gather(*(lane.run() for lane in self.lanes))
+            await asyncio.gather(*(lane.drain(self.opts.shutdown_grace) for lane in self.lanes))
+            self.writer.close()
+            await self.writer.wait_idle()
+        finally:
+            for task in helpers[1:]:
+                task.cancel()
+            self.writer.close()
+            await helpers[0]
+            for lane in self.lanes:
+                await lane.ctx.transport.close()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+
+    def _wake(self, queue: str | None) -> None:
+        for lane in self.lanes:
+            if queue is None or not lane.lane.queues or queue in lane.lane.queues:
+                lane.wake.set()
+
+    def record(self, completion: Completion) -> None:
+        """Take a finished attempt: adjust the gate, queue the write."""
+        self._gate_after(completion)
+        self.writer.add(completion)
+
+    def _gate_after(self, c: Completion) -> None:
+        if c.outcome is Outcome.PAUSED:
+            newly, seconds = self.gate.pause(c.reason or "configuration error")
+            if newly:
+                self.observer.paused(c.reason or "configuration error")
+                self.alerts.fire(Alert("paused", f"sending paused: {c.reason}",
+                                       {"reason": c.reason, "reply_code": c.reply_code,
+                                        "worker": self.name}))
+            log.error("transport paused for %.0fs: %s (code %s)", seconds, c.reason,
+                      c.reply_code)
+        elif c.outcome is Outcome.HELD:
+            self._held(c)
+        elif c.stage is not None and self.gate.paused and self.gate.resume():
+            # Only an answer from the transport (a stage was reached) proves it works.
+            self.observer.paused(None)
+            self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))
+            log.warning("transport resumed")
+
+    def _held(self, c: Completion) -> None:
+        if c.detail in self._held_alerted:
+            return
+        self._held_alerted.add(c.detail or "")
+        log.error("message %s left pending: %s", c.id, c.detail)
+        self.alerts.fire(Alert("held", f"messages left pending: {c.detail}",
+                               {"id": c.id, "reason": c.reason, "worker": self.name}))
+
+    def _written(self, batch: list[Completion], fenced: set[int]) -> None:
+        for lane in self.lanes:
+            lane.wake.set()
+        for c in batch:
+            if c.id in fenced:
+                continue
+            if c.status is Status.SENT:
+                self.sent += 1
+            elif c.outcome is Outcome.DEAD:
+                self.alerts.fire(Alert("dead", f"message {c.id} is dead: {c.reason}", {
+                    "id": c.id, "attempts": c.attempt, "reason": c.reason,
+                    "reply_code": c.reply_code, "reply_text": c.reply_text,
+                }))
+
+    async def _heartbeat(self) -> None:
+        """Keep the leases of in-flight and unrecorded rows alive."""
+        while True:
+            await asyncio.sleep(self.opts.lease_seconds / 3)
+            held = [(i, f.msg.lease_token) for lane in self.lanes
+                    for i, f in lane.in_flight.items()]
+            held += self.writer.held_leases()
+            if not held:
+                continue
+            try:
+                await asyncio.to_thread(self._extend, held)
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("lease heartbeat failed: %s", type(exc).__name__)
+
+    def _extend(self, held: list[tuple[int, str]]) -> None:
+        with self.engine.begin() as conn:
+            leasing.extend_leases(conn, held, self.opts.lease_seconds)
+
+
+def make_rng() -> random.Random:
+    return random.Random()  # jitter only: no security property needed
