@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 from bench.common import smtp_sink, write_templates
-from bench.throughput import prebuilt
-from mailout.transports.base import Envelope
-from mailout.transports.smtp.client import SmtpSettings, SmtpTransport, TlsMode
+from bench.throughput import rendered
+from mailout.transports.base import Decision, Envelope
+from mailout.transports.smtp.client import SmtpTransport
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -69,8 +70,8 @@ async def _send_all(port: int, envelopes: list[Envelope], concurrency: int,
 
     async def lane() -> None:
         for envelope in todo:
-            outcome = await transport.send(envelope)
-            assert outcome.accepted, outcome
+            result = await transport.send(envelope)
+            assert result.decision is Decision.SENT, result
 
     t0 = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
@@ -103,9 +104,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=20, help="connections (default 20)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, smtp_sink() as sink_port:
-        raw = prebuilt(args.n, write_templates(Path(tmp)))
-        envelopes = [Envelope(mail_from=f, rcpt_to=t, data=d, message_id=f"<bench{i}@x>")
-                     for i, (f, t, d) in enumerate(raw)]
+        envelopes = rendered(args.n, write_templates(Path(tmp)))
         asyncio.run(_run(args, sink_port, envelopes))
 
 

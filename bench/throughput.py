@@ -52,6 +52,7 @@ from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
 from mailout.models import ClaimedMessage
 from mailout.render import Renderer
+from mailout.transports.base import Envelope
 
 CLAIM_BATCH = 100
 CLAIM_REPS = 30
@@ -120,9 +121,14 @@ def drain(engine: Engine, url: str, port: int, templates: Path, n: int, processe
 
 def prebuilt(n: int, templates: Path) -> list[tuple[str, str, bytes]]:
     """The drained messages as wire bytes, rendered by mailout itself beforehand."""
+    return [(e.mail_from, e.recipients[0], e.wire) for e in rendered(n, templates)]
+
+
+def rendered(n: int, templates: Path) -> list[Envelope]:
+    """The drained messages as envelopes, rendered by mailout itself."""
     renderer = Renderer(templates, mail_from=MAIL_FROM)
     now = datetime.now(UTC)
-    out = []
+    out: list[Envelope] = []
     for i in range(n):
         msg = ClaimedMessage(
             id=i, key=f"raw-{i}", queue="default", priority=0,
@@ -131,7 +137,7 @@ def prebuilt(n: int, templates: Path) -> list[tuple[str, str, bytes]]:
             message_id=f"<raw{i:027d}@shop.example.com>", attempts=1, unknown_attempts=0,
             created_at=now, expires_at=None, lease_token="-", claimed_at=now, reclaimed=False)
         env = renderer.render(msg)
-        out.append((env.mail_from, env.rcpt_to, env.data))
+        out.append(env)
     return out
 
 

@@ -1,7 +1,9 @@
-"""One send attempt: render, send, classify, and decide what the row becomes.
+"""One send attempt: render, send, and decide what the row becomes.
 
-``decide`` is pure; ``run`` does the I/O of a single attempt and never raises for
-a problem with the message or the server.
+The transport has already said what the send means (a provider-neutral
+:class:`~mailout.transports.base.SendResult`); ``decide`` turns that into the row's
+next state under the retry policy, and is pure. ``run`` does the I/O of a single
+attempt and never raises for a problem with the message or the provider.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine
 
-from mailout.db.leasing import Completion
 from mailout.exceptions import RenderError
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.logs import LogRecipients, log_send, redact_addresses
-from mailout.models import ClaimedMessage, OnUnknown, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, OnUnknown, Outcome, Status
 from mailout.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.render import Renderer
-from mailout.transports.base import SendOutcome, Transport
-from mailout.transports.smtp.classify import Action, Decision, classify, parse_provider_id
+from mailout.transports.base import Decision, SendResult, Transport
 
 log = logging.getLogger("mailout.worker.runtime")
 
@@ -51,14 +51,12 @@ class Context:
 
 def decide(
     msg: ClaimedMessage,
-    outcome: SendOutcome,
-    decision: Decision,
+    result: SendResult,
     *,
     ctx: Context,
     pause_seconds: float,
 ) -> Completion:
-    """The row's next state after ``outcome``, as classified by ``decision``."""
-    reply = outcome.reply
+    """The row's next state after a send that ended in ``result``."""
     base = Completion(
         id=msg.id,
         lease_token=msg.lease_token,
@@ -68,25 +66,25 @@ def decide(
         started_at=msg.claimed_at,
         worker=ctx.worker,
         recipient=msg.recipient,
-        stage=outcome.stage.value,
-        reply_code=reply.code if reply else None,
-        enhanced_code=reply.enhanced if reply else None,
-        reply_text=reply.text if reply else None,
-        detail=outcome.detail or None,
+        stage=result.stage,
+        reply_code=result.code,
+        enhanced_code=result.enhanced,
+        reply_text=result.text,
+        detail=result.detail,
     )
-    if decision.action is Action.SENT:
-        provider_id = parse_provider_id(reply.text) if reply else None
-        return replace(base, provider_message_id=provider_id)
-    if decision.action is Action.FAIL:
+    decision = result.decision
+    if decision is Decision.SENT:
+        return replace(base, provider_message_id=result.provider_id)
+    if decision is Decision.FAILED:
         return _given_up(msg, replace(base, outcome=Outcome.FAILED, status=Status.FAILED,
-                                      reason=decision.reason))
-    if decision.action is Action.PAUSE:
+                                      reason=result.reason))
+    if decision is Decision.PAUSE:
         # A configuration error says nothing about this message: it goes back
         # uncharged, to be tried once the transport works again.
         return replace(base, outcome=Outcome.PAUSED, status=Status.PENDING,
-                       delay_seconds=pause_seconds, uncharge=True, reason=decision.reason)
-    # RETRY and UNKNOWN: resend later with the same Message-ID and key, so that a
-    # provider that did accept the first copy can recognise the second.
+                       delay_seconds=pause_seconds, uncharge=True, reason=result.reason)
+    # RETRY, OUTAGE and UNKNOWN: resend later with the same Message-ID and key, so that
+    # a provider that did accept the first copy can recognise the second.
     step = after_transient_failure(
         ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
         expires_at=msg.expires_at, rng=ctx.rng,
@@ -94,12 +92,14 @@ def decide(
     if isinstance(step, GiveUp):
         return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
                                       reason=step.reason))
-    if decision.action is Action.UNKNOWN and ctx.on_unknown is OnUnknown.HOLD:
+    if decision is Decision.UNKNOWN and ctx.on_unknown is OnUnknown.HOLD:
         return replace(base, outcome=Outcome.UNKNOWN, status=Status.UNKNOWN,
-                       reason=decision.reason)
-    outcome_kind = Outcome.UNKNOWN if decision.action is Action.UNKNOWN else Outcome.RETRY
+                       reason=result.reason)
+    outcome_kind = Outcome.UNKNOWN if decision is Decision.UNKNOWN else Outcome.RETRY
+    # A provider that asked for a delay (Retry-After) gets at least that.
+    delay = max(step.delay_seconds, result.retry_after or 0.0)
     return replace(base, outcome=outcome_kind, status=Status.PENDING,
-                   delay_seconds=step.delay_seconds, reason=decision.reason)
+                   delay_seconds=delay, reason=result.reason)
 
 
 def _given_up(msg: ClaimedMessage, completion: Completion) -> Completion:
@@ -203,11 +203,10 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     started = time.monotonic()
     if on_send is not None:
         on_send()  # from here on, a cancelled attempt's outcome is unknown
-    outcome = await ctx.transport.send(envelope)
-    decision = classify(outcome)
-    completion = decide(msg, outcome, decision, ctx=ctx, pause_seconds=pause_seconds)
+    result = await ctx.transport.send(envelope)
+    completion = decide(msg, result, ctx=ctx, pause_seconds=pause_seconds)
     if verdict.redirected_to is not None:
         completion = replace(completion, redirected_to=verdict.redirected_to)
-    log_send(log, msg, completion, stage=outcome.stage.value,
+    log_send(log, msg, completion, stage=result.stage or ctx.transport.name,
              seconds=time.monotonic() - started, recipients=ctx.log_recipients)
     return completion

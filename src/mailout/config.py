@@ -12,33 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mailout import validate
+from mailout import envparse, validate
 from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.logs import LogRecipients
 from mailout.models import OnUnknown
 from mailout.policy import Lane, QueuePolicy, RetryPolicy, parse_lanes, parse_queue_policies
-from mailout.transports.smtp.client import SmtpSettings, TlsMode, default_tls_mode
-
-
-def _number(kind: type[int] | type[float], *, minimum: float, strict: bool = False) -> Callable[
-    [str, str], Any
-]:
-    def parse(name: str, raw: str) -> Any:
-        try:
-            value = kind(raw)
-        except ValueError:
-            noun = "a whole number" if kind is int else "a number"
-            raise ConfigError(name, f"must be {noun}, got {raw!r}") from None
-        if value < minimum or (strict and value == minimum):
-            bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
-            raise ConfigError(name, f"must be {bound}, got {raw}")
-        return value
-
-    return parse
-
-
-def _text(name: str, raw: str) -> str:
-    return raw
+from mailout.transports import url as transport_url
+from mailout.transports.url import TransportSpec
 
 
 def _on_unknown(name: str, raw: str) -> OnUnknown:
@@ -62,15 +42,6 @@ def _log_recipients(name: str, raw: str) -> LogRecipients:
         raise ConfigError(name, f"must be masked, full or off, got {raw!r}") from None
 
 
-def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(name, f"must be true or false, got {raw!r}")
-
-
 def _lanes(name: str, raw: str) -> str:
     parse_lanes(raw, name)  # validate now, at startup
     return raw
@@ -81,51 +52,37 @@ def _policies(name: str, raw: str) -> str:
     return raw
 
 
-def _tls(name: str, raw: str) -> TlsMode:
-    try:
-        return TlsMode(raw.lower())
-    except ValueError:
-        choices = ", ".join(m.value for m in TlsMode)
-        raise ConfigError(name, f"must be one of {choices}, got {raw!r}") from None
-
+_POSITIVE = envparse.number(float, minimum=0, strict=True)
 
 # field -> (environment variable, parser, default)
 _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
-    "database_url": ("MAILOUT_DATABASE_URL", _text, None),
-    "lease_seconds": ("MAILOUT_LEASE_SECONDS", _number(float, minimum=0, strict=True), 120.0),
-    "retry_base": ("MAILOUT_RETRY_BASE_SECONDS", _number(float, minimum=0, strict=True), 30.0),
-    "retry_cap": ("MAILOUT_RETRY_CAP_SECONDS", _number(float, minimum=0, strict=True), 3600.0),
-    "retry_factor": ("MAILOUT_RETRY_FACTOR", _number(float, minimum=1), 2.0),
-    "max_attempts": ("MAILOUT_MAX_ATTEMPTS", _number(int, minimum=1), 8),
-    "concurrency": ("MAILOUT_CONCURRENCY", _number(int, minimum=1), 10),
+    "database_url": ("MAILOUT_DATABASE_URL", envparse.text, None),
+    "lease_seconds": ("MAILOUT_LEASE_SECONDS", _POSITIVE, 120.0),
+    "retry_base": ("MAILOUT_RETRY_BASE_SECONDS", _POSITIVE, 30.0),
+    "retry_cap": ("MAILOUT_RETRY_CAP_SECONDS", _POSITIVE, 3600.0),
+    "retry_factor": ("MAILOUT_RETRY_FACTOR", envparse.number(float, minimum=1), 2.0),
+    "max_attempts": ("MAILOUT_MAX_ATTEMPTS", envparse.number(int, minimum=1), 8),
+    "concurrency": ("MAILOUT_CONCURRENCY", envparse.number(int, minimum=1), 10),
     # None: 1 s on PostgreSQL (NOTIFY wakes workers sooner), 0.2 s on SQLite.
-    "poll_seconds": ("MAILOUT_POLL_SECONDS", _number(float, minimum=0, strict=True), None),
-    "listen": ("MAILOUT_LISTEN", _bool, True),
+    "poll_seconds": ("MAILOUT_POLL_SECONDS", _POSITIVE, None),
+    "listen": ("MAILOUT_LISTEN", envparse.boolean, True),
     "lanes": ("MAILOUT_LANES", _lanes, None),
     "queue_policies": ("MAILOUT_QUEUE_POLICIES", _policies, None),
-    "max_age": ("MAILOUT_MAX_AGE_SECONDS", _number(float, minimum=0, strict=True), 86400.0),
-    "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _number(float, minimum=0, strict=True), 30.0),
-    "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _number(float, minimum=0, strict=True), 600.0),
-    "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", _number(float, minimum=0), 30.0),
-    "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", _text, None),
+    "max_age": ("MAILOUT_MAX_AGE_SECONDS", _POSITIVE, 86400.0),
+    "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _POSITIVE, 30.0),
+    "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _POSITIVE, 600.0),
+    "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", envparse.number(float, minimum=0), 30.0),
+    "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", envparse.text, None),
     "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
     "log_recipients": ("MAILOUT_LOG_RECIPIENTS", _log_recipients, LogRecipients.MASKED),
-    "checks": ("MAILOUT_CHECKS", _text, None),
-    "resolvers": ("MAILOUT_RESOLVERS", _text, None),
+    "checks": ("MAILOUT_CHECKS", envparse.text, None),
+    "resolvers": ("MAILOUT_RESOLVERS", envparse.text, None),
     "redirect_to": ("MAILOUT_REDIRECT_TO", _address, None),
-    "allow_domains": ("MAILOUT_ALLOW_DOMAINS", _text, None),
-    "templates": ("MAILOUT_TEMPLATES", _text, "templates"),
-    "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", _text, "Idempotency-Key"),
-    "mail_from": ("MAIL_FROM", _text, None),
-    "smtp_host": ("SMTP_HOST", _text, "localhost"),
-    "smtp_port": ("SMTP_PORT", _number(int, minimum=1), 587),
-    "smtp_user": ("SMTP_USER", _text, None),
-    "smtp_password": ("SMTP_PASS", _text, None),
-    "smtp_tls": ("SMTP_TLS", _tls, None),
-    "smtp_timeout": ("SMTP_TIMEOUT", _number(float, minimum=0, strict=True), 30.0),
-    "smtp_ca_file": ("SMTP_CA_FILE", _text, None),
-    "smtp_pool_size": ("SMTP_POOL_SIZE", _number(int, minimum=1), None),
-    "smtp_pipelining": ("SMTP_PIPELINING", _bool, True),
+    "allow_domains": ("MAILOUT_ALLOW_DOMAINS", envparse.text, None),
+    "templates": ("MAILOUT_TEMPLATES", envparse.text, "templates"),
+    "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", envparse.text, "Idempotency-Key"),
+    "mail_from": ("MAIL_FROM", envparse.text, None),
+    "transport_url": ("MAILOUT_TRANSPORT", envparse.text, None),
 }
 
 ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
@@ -160,15 +117,8 @@ class Settings:
     templates: str
     idempotency_header: str
     mail_from: str | None
-    smtp_host: str
-    smtp_port: int
-    smtp_user: str | None
-    smtp_password: str | None = field(repr=False)
-    smtp_tls: TlsMode | None
-    smtp_timeout: float
-    smtp_ca_file: str | None
-    smtp_pool_size: int | None  # None: one connection per concurrent send
-    smtp_pipelining: bool  # False ignores a server's PIPELINING (one it gets wrong)
+    transport_url: str | None = field(repr=False)  # may hold a password or an API key
+    transport: TransportSpec = field(repr=False)  # parsed at load, with its own variables
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -196,26 +146,14 @@ class Settings:
     def templates_dir(self) -> Path:
         return Path(self.templates)
 
-    def smtp(self) -> SmtpSettings:
-        return SmtpSettings(
-            host=self.smtp_host,
-            port=self.smtp_port,
-            username=self.smtp_user,
-            password=self.smtp_password,
-            tls=self.smtp_tls or default_tls_mode(self.smtp_port),
-            timeout=self.smtp_timeout,
-            ca_file=self.smtp_ca_file,
-            pool_size=self.smtp_pool_size or self.concurrency,
-            pipelining=self.smtp_pipelining,
-        )
-
 
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Settings from ``env`` (default ``os.environ``), with non-None ``overrides`` on top.
 
     Raises ConfigError for an unparsable or out-of-range value, a retry cap below
-    the base, a pause cap below the pause, a lease not longer than the SMTP timeout
-    (a live worker would lose its lease mid-send), or a missing MAIL_FROM.
+    the base, a pause cap below the pause, an unknown or malformed MAILOUT_TRANSPORT
+    (or SMTP_* variable), a lease not longer than the transport's timeout (a live
+    worker would lose its lease mid-send), or a missing MAIL_FROM.
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
@@ -226,6 +164,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
             continue
         raw = env.get(var)
         values[name] = parse(var, raw) if raw not in (None, "") else default
+    values["transport"] = transport_url.parse(values["transport_url"], env,
+                                              concurrency=values["concurrency"])
     settings = Settings(**values)
     _check_relations(settings)
     return settings
@@ -238,11 +178,11 @@ def _check_relations(s: Settings) -> None:
         )
     if s.pause_cap < s.pause_seconds:
         raise ConfigError("MAILOUT_PAUSE_CAP_SECONDS", "must not be below MAILOUT_PAUSE_SECONDS")
-    if s.lease_seconds <= s.smtp_timeout:
+    if s.lease_seconds <= s.transport.timeout:
         raise ConfigError(
             "MAILOUT_LEASE_SECONDS",
-            f"must be longer than SMTP_TIMEOUT ({s.smtp_timeout:g} s), or a live worker "
-            "could lose its lease in the middle of a send",
+            f"must be longer than {s.transport.timeout_setting} ({s.transport.timeout:g} s), "
+            "or a live worker could lose its lease in the middle of a send",
         )
     if not s.mail_from:
         raise ConfigError("MAIL_FROM", "is required: the address messages are sent from")

@@ -23,8 +23,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mailout.db.leasing import Completion
-    from mailout.models import ClaimedMessage
+    from mailout.models import ClaimedMessage, Completion
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 

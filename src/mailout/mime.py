@@ -245,13 +245,14 @@ def new_boundary() -> str:
     return f"=_{random.getrandbits(96):024x}"
 
 
-def build(headers: Sequence[str], text: str | None, html: str | None) -> bytes:
-    """The whole message: ``headers`` (formatted lines, e.g. from :func:`unstructured`),
-    then the body: text/plain, text/html, or multipart/alternative with both.
+def build(headers: Sequence[str] | bytes, text: str | None, html: str | None) -> bytes:
+    """The whole message: ``headers`` (formatted lines, e.g. from :func:`unstructured`,
+    or those lines already joined and encoded), then the body: text/plain, text/html,
+    or multipart/alternative with both.
 
     At least one of ``text`` and ``html`` must be given.
     """
-    head = "".join(headers).encode("ascii")
+    head = headers if isinstance(headers, bytes) else "".join(headers).encode("ascii")
     if text is not None and html is not None:
         boundary = new_boundary()
         delimiter = f"--{boundary}{CRLF}".encode("ascii")

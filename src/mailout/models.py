@@ -1,9 +1,9 @@
-"""Records and enums shared across modules. Plain values, no I/O."""
+"""Records and enums shared across modules. Plain values, no I/O, no imports of mailout."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -84,3 +84,65 @@ class ClaimedMessage:
     event_ref: str | None = None  # the business event, for send-time staleness checks
     event_version: str | None = None
     schema_version: int | None = None  # the payload schema the enqueuing code wrote
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """How one claimed attempt ended, and what the row becomes."""
+
+    id: int
+    lease_token: str
+    attempt: int
+    outcome: Outcome
+    status: Status  # SENT, PENDING (retry or paused), FAILED, DEAD or UNKNOWN
+    started_at: datetime
+    worker: str
+    recipient: str
+    delay_seconds: float | None = None  # for PENDING: when to try again
+    uncharge: bool = False  # a paused attempt does not count against max_attempts
+    reason: str | None = None
+    stage: str | None = None
+    reply_code: int | None = None
+    enhanced_code: str | None = None
+    reply_text: str | None = None
+    detail: str | None = None
+    provider_message_id: str | None = None
+    logged: bool = True  # False when no attempt was made (a row parked at claim)
+    redirected_to: str | None = None  # MAILOUT_REDIRECT_TO delivered it there instead
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox:
+    """One address with its display name, as it appears in a header.
+
+    ``address`` is the bare ``user@domain`` (the SMTP envelope form); ``name`` is the
+    display name, kept exactly as given (empty when there is none).
+    """
+
+    address: str
+    name: str = ""
+
+    def __str__(self) -> str:
+        if not self.name:
+            return self.address
+        return f"{_quoted(self.name)} <{self.address}>"
+
+
+_SPECIALS = frozenset('()<>[]:;@\\,."')
+
+
+def _quoted(name: str) -> str:
+    if not any(c in _SPECIALS for c in name):
+        return name
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file carried by a message: inline (referenced as ``cid:``) or attached."""
+
+    filename: str
+    content: bytes = field(repr=False)
+    content_type: str = "application/octet-stream"
+    inline: bool = False
+    cid: str | None = None  # Content-ID for inline parts, without angle brackets

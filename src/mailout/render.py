@@ -1,11 +1,13 @@
-"""Turn a claimed outbox row into a wire-ready :class:`~mailout.transports.base.Envelope`.
+"""Turn a claimed outbox row into an :class:`~mailout.transports.base.Envelope`.
 
 Templates live in a folder, one sub-folder per template: ``subject.txt``,
 ``text.txt`` and an optional ``html.html``. Only the HTML is autoescaped; a
 missing parameter fails loudly (``StrictUndefined``). Messages stored already
 rendered (subject/text/html set, no template) skip Jinja.
 
-The MIME message is built by :mod:`mailout.mime`, which writes the wire format
+Rendering checks everything that could make the message unsendable (headers,
+addresses, encodability) and returns the structured envelope; its MIME form is
+built on first use, by :mod:`mailout.mime`, which writes the wire format
 directly instead of going through the stdlib's ``email`` objects (about 30 times
 slower). The body is kept 7-bit clean (quoted-printable or base64), so every
 line stays short and no server has to support 8BITMIME.
@@ -26,7 +28,7 @@ import jinja2
 
 from mailout import mime
 from mailout.exceptions import RenderError
-from mailout.models import ClaimedMessage
+from mailout.models import ClaimedMessage, Mailbox
 from mailout.transports.base import Envelope
 
 SUBJECT_FILE = "subject.txt"
@@ -229,12 +231,26 @@ class Renderer:
                     raise ValueError(f"extra header {name!r} is given twice")
                 seen.add(lowered)
                 headers.append(_extra(name, value))
-            data = mime.build(headers, text, html)
+            head = "".join(headers).encode("ascii")
+            for body in (text, html):
+                if body is not None and not body.isascii():
+                    body.encode("utf-8")  # a lone surrogate fails here, not on the wire
         except ValueError as exc:
             # UnicodeEncodeError (a lone surrogate in a body) is a ValueError too.
             raise RenderError(template, str(exc)) from exc
-        return Envelope(mail_from=sender[1], rcpt_to=recipient[1], data=data,
-                        message_id=msg.message_id)
+        return Envelope(
+            message_id=msg.message_id,
+            idempotency_key=msg.key,
+            sender=Mailbox(sender[1], sender[0]),
+            to=(Mailbox(recipient[1], recipient[0]),),
+            subject=subject,
+            text=text,
+            html=html,
+            headers=tuple(extras.items()),
+            # Everything that can fail was checked above: building the wire form later
+            # (only for transports that need it) cannot raise.
+            wire_builder=functools.partial(mime.build, head, text, html),
+        )
 
     def _date(self) -> str:
         """The Date header value for now, formatted once per second (it shows seconds)."""

@@ -11,17 +11,12 @@ from email.utils import make_msgid
 
 import pytest
 
-from mailout.transports.base import Envelope, Failure, Reply, SendOutcome, Stage
+from mailout.transports.base import Envelope
 from mailout.transports.smtp import codes as smtpcodes
-from mailout.transports.smtp.client import (
-    SmtpSettings,
-    SmtpTransport,
-    TlsMode,
-    check_connection,
-    default_tls_mode,
-    parse_reply,
-)
-from tests.support.fixtures import AUTH_PASSWORD, AUTH_USER, smtp_settings_for
+from mailout.transports.smtp.client import SmtpTransport, check_connection, parse_reply
+from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode, default_tls_mode
+from tests.support.fixtures import AUTH_PASSWORD, AUTH_USER, raw_envelope, smtp_settings_for
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.tls import TestCerts
 
@@ -34,7 +29,7 @@ def envelope(rcpt: str = "alice@example.com", sender: str = SENDER) -> Envelope:
         f"From: {sender}\r\nTo: {rcpt}\r\nSubject: hello\r\nMessage-ID: {message_id}\r\n"
         "Idempotency-Key: key-1\r\n\r\nHello.\r\n.a line starting with a dot\r\n.\r\nbye\r\n"
     ).encode()
-    return Envelope(mail_from=sender, rcpt_to=rcpt, data=data, message_id=message_id)
+    return raw_envelope(sender, rcpt, data, message_id)
 
 
 @pytest.fixture(params=[True, False], ids=["pipelined", "one-by-one"])
@@ -68,7 +63,7 @@ def assert_reply(outcome: SendOutcome, stage: Stage, code: int, enhanced: str | 
 
 async def test_delivers_message_intact(smtp_server: SmtpTestServer, transport: SmtpTransport):
     sent = envelope()
-    outcome = await transport.send(sent)
+    outcome = await transport.exchange(sent)
 
     assert outcome.accepted
     assert outcome.stage is Stage.BODY
@@ -79,13 +74,13 @@ async def test_delivers_message_intact(smtp_server: SmtpTestServer, transport: S
     assert received.message_id == sent.message_id
     assert received.idempotency_key == "key-1"
     assert (received.mail_from, received.rcpt_tos) == (SENDER, ("alice@example.com",))
-    assert received.data == sent.data  # dot-stuffing undone by the server, bytes equal
+    assert received.data == sent.wire  # dot-stuffing undone by the server, bytes equal
 
 
 async def test_reuses_one_connection_for_sequential_sends(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
-    outcomes = [await transport.send(envelope(f"user{i}@example.com")) for i in range(5)]
+    outcomes = [await transport.exchange(envelope(f"user{i}@example.com")) for i in range(5)]
 
     assert all(o.accepted for o in outcomes)
     assert len(smtp_server.messages) == 5
@@ -96,7 +91,7 @@ async def test_concurrent_sends_share_a_bounded_pool(smtp_server: SmtpTestServer
     transport = SmtpTransport(smtp_settings_for(smtp_server, pool_size=2))
     try:
         outcomes = await asyncio.gather(
-            *(transport.send(envelope(f"user{i}@example.com")) for i in range(8))
+            *(transport.exchange(envelope(f"user{i}@example.com")) for i in range(8))
         )
     finally:
         await transport.close()
@@ -109,10 +104,10 @@ async def test_concurrent_sends_share_a_bounded_pool(smtp_server: SmtpTestServer
 async def test_close_is_idempotent_and_later_sends_still_work(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     await transport.close()
     await transport.close()
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
 
 
 # -- connect failures -----------------------------------------------------------
@@ -121,22 +116,22 @@ async def test_close_is_idempotent_and_later_sends_still_work(
 async def test_connection_refused_then_recovers(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     smtp_server.stop_listening()
 
-    outcome = await transport.send(envelope())
+    outcome = await transport.exchange(envelope())
     assert_failed(outcome, Stage.CONNECT, Failure.REFUSED)
     assert outcome.reply is None
     assert outcome.detail
 
     smtp_server.start_listening()
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert len(smtp_server.messages) == 2
 
 
 async def test_unknown_host_is_a_dns_failure():
     settings = SmtpSettings("no-such-host.invalid", 25, tls=TlsMode.NONE, timeout=3.0)
-    outcome = await SmtpTransport(settings).send(envelope())
+    outcome = await SmtpTransport(settings).exchange(envelope())
     assert_failed(outcome, Stage.CONNECT, Failure.DNS)
 
 
@@ -146,7 +141,7 @@ async def test_silent_server_times_out_at_connect():
         listener.listen()
         host, port = listener.getsockname()
         settings = SmtpSettings(host, port, tls=TlsMode.NONE, timeout=0.3)
-        outcome = await SmtpTransport(settings).send(envelope())
+        outcome = await SmtpTransport(settings).exchange(envelope())
     assert_failed(outcome, Stage.CONNECT, Failure.TIMEOUT)
 
 
@@ -154,11 +149,11 @@ async def test_421_greeting_is_a_connect_reply_and_pool_recovers(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
     smtp_server.greeting = "421 4.3.2 Too busy, try later"
-    outcome = await transport.send(envelope())
+    outcome = await transport.exchange(envelope())
     assert_reply(outcome, Stage.CONNECT, smtpcodes.SERVICE_NOT_AVAILABLE, "4.3.2")
 
     smtp_server.greeting = None
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert len(smtp_server.messages) == 1
 
 
@@ -168,10 +163,10 @@ async def test_421_greeting_is_a_connect_reply_and_pool_recovers(
 async def test_451_at_mail_then_connection_is_reset_and_reused(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
-    outcome = await transport.send(envelope(sender="mail-451@mailout.test"))
+    outcome = await transport.exchange(envelope(sender="mail-451@mailout.test"))
     assert_reply(outcome, Stage.MAIL, smtpcodes.LOCAL_ERROR, "4.3.0")
 
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert smtp_server.connections == 1  # RSET, not a new connection
     assert len(smtp_server.messages) == 1
 
@@ -189,10 +184,10 @@ async def test_421_discards_the_connection(
     smtp_server: SmtpTestServer, transport: SmtpTransport, rcpt: str, sender: str,
     stage: Stage,
 ):
-    outcome = await transport.send(envelope(rcpt, sender=sender))
+    outcome = await transport.exchange(envelope(rcpt, sender=sender))
     assert_reply(outcome, stage, smtpcodes.SERVICE_NOT_AVAILABLE, "4.3.2")
 
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert smtp_server.connections == 2
 
 
@@ -200,7 +195,7 @@ async def test_commands_are_pipelined_only_when_offered(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
     for i in range(3):
-        assert (await transport.send(envelope(f"p{i}@example.com"))).accepted
+        assert (await transport.exchange(envelope(f"p{i}@example.com"))).accepted
     assert smtp_server.pipelined == (3 if smtp_server.pipelining else 0)
     assert len(smtp_server.messages) == 3
 
@@ -212,10 +207,10 @@ async def test_replies_arriving_apart_are_read_in_order(
     # apart: each must be matched to its command, none lost in aiosmtplib's buffer.
     smtp_server.fail("slow@example.com", Stage.RCPT, delay=0.3)
     smtp_server.fail("slow-refused@example.com", Stage.RCPT, 450, delay=0.3)
-    assert (await transport.send(envelope("slow@example.com"))).accepted
-    refused = await transport.send(envelope("slow-refused@example.com"))
+    assert (await transport.exchange(envelope("slow@example.com"))).accepted
+    refused = await transport.exchange(envelope("slow-refused@example.com"))
     assert_reply(refused, Stage.RCPT, smtpcodes.MAILBOX_BUSY, "4.2.1")
-    assert (await transport.send(envelope("after@example.com"))).accepted
+    assert (await transport.exchange(envelope("after@example.com"))).accepted
     assert [m.rcpt_tos for m in smtp_server.messages] == [("slow@example.com",),
                                                           ("after@example.com",)]
     assert smtp_server.connections == 1
@@ -225,7 +220,7 @@ async def test_pipelining_can_be_switched_off(smtp_server: SmtpTestServer):
     smtp = SmtpTransport(smtp_settings_for(smtp_server, pipelining=False))
     try:
         for i in range(2):
-            assert (await smtp.send(envelope(f"p{i}@example.com"))).accepted
+            assert (await smtp.exchange(envelope(f"p{i}@example.com"))).accepted
     finally:
         await smtp.close()
     assert smtp_server.pipelined == 0
@@ -236,41 +231,41 @@ async def test_data_accepted_after_refused_recipient_gets_a_lone_dot(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
     smtp_server.data_without_rcpt = True
-    outcome = await transport.send(envelope("rcpt-550@example.com"))
+    outcome = await transport.exchange(envelope("rcpt-550@example.com"))
     assert_reply(outcome, Stage.RCPT, smtpcodes.MAILBOX_UNAVAILABLE, "5.1.1")
     # Only a pipelining client has sent DATA by then; it must end it with no content.
     assert smtp_server.empty_data == (1 if smtp_server.pipelining else 0)
     assert smtp_server.messages == []
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert smtp_server.connections == 1
 
 
 async def test_550_at_rcpt_has_enhanced_code(smtp_server: SmtpTestServer, transport: SmtpTransport):
-    outcome = await transport.send(envelope("rcpt-550@example.com"))
+    outcome = await transport.exchange(envelope("rcpt-550@example.com"))
     assert_reply(outcome, Stage.RCPT, smtpcodes.MAILBOX_UNAVAILABLE, "5.1.1")
     assert smtp_server.messages == []
 
 
 async def test_554_to_data_command(smtp_server: SmtpTestServer, transport: SmtpTransport):
-    outcome = await transport.send(envelope("data-554@example.com"))
+    outcome = await transport.exchange(envelope("data-554@example.com"))
     assert_reply(outcome, Stage.DATA, smtpcodes.TRANSACTION_FAILED, "5.6.0")
     assert smtp_server.messages == []
 
 
 async def test_552_after_body(smtp_server: SmtpTestServer, transport: SmtpTransport):
-    outcome = await transport.send(envelope("body-552@example.com"))
+    outcome = await transport.exchange(envelope("body-552@example.com"))
     assert_reply(outcome, Stage.BODY, smtpcodes.EXCEEDED_STORAGE, smtpcodes.MESSAGE_TOO_BIG)
     assert smtp_server.messages == []
 
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert smtp_server.connections == 1  # the transaction ended cleanly
 
 
 async def test_tempfail_once_via_fault_api(smtp_server: SmtpTestServer, transport: SmtpTransport):
     smtp_server.fail("bob@example.com", Stage.RCPT, smtpcodes.LOCAL_ERROR, times=1)
 
-    first = await transport.send(envelope("bob@example.com"))
-    second = await transport.send(envelope("bob@example.com"))
+    first = await transport.exchange(envelope("bob@example.com"))
+    second = await transport.exchange(envelope("bob@example.com"))
 
     assert_reply(first, Stage.RCPT, smtpcodes.LOCAL_ERROR, "4.3.0")
     assert second.accepted
@@ -279,8 +274,8 @@ async def test_tempfail_once_via_fault_api(smtp_server: SmtpTestServer, transpor
 
 async def test_tempfail_once_via_token(smtp_server: SmtpTestServer, transport: SmtpTransport):
     rcpt = "carol+body-451-once@example.com"
-    first = await transport.send(envelope(rcpt))
-    second = await transport.send(envelope(rcpt))
+    first = await transport.exchange(envelope(rcpt))
+    second = await transport.exchange(envelope(rcpt))
 
     assert_reply(first, Stage.BODY, smtpcodes.LOCAL_ERROR, "4.3.0")
     assert second.accepted
@@ -293,24 +288,24 @@ async def test_tempfail_once_via_token(smtp_server: SmtpTestServer, transport: S
 async def test_drop_before_dot_is_a_retryable_data_stage_failure(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
-    outcome = await transport.send(envelope("drop-before-dot@example.com"))
+    outcome = await transport.exchange(envelope("drop-before-dot@example.com"))
 
     # Not BODY: the content was never handed over, so a retry cannot duplicate.
     assert_failed(outcome, Stage.DATA, Failure.DISCONNECT)
     assert smtp_server.messages == []
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
 
 
 async def test_drop_after_dot_is_a_body_disconnect(
     smtp_server: SmtpTestServer, transport: SmtpTransport
 ):
     sent = envelope("drop-after-dot@example.com")
-    outcome = await transport.send(sent)
+    outcome = await transport.exchange(sent)
 
     assert_failed(outcome, Stage.BODY, Failure.DISCONNECT)
     # The unknown-outcome case: the server did take the message.
     assert [m.message_id for m in smtp_server.messages] == [sent.message_id]
-    assert (await transport.send(envelope())).accepted
+    assert (await transport.exchange(envelope())).accepted
     assert smtp_server.connections == 2
 
 
@@ -319,11 +314,11 @@ async def test_slow_reply_after_dot_times_out_at_body(smtp_server: SmtpTestServe
     transport = SmtpTransport(smtp_settings_for(smtp_server, timeout=0.5))
     started = time.monotonic()
     try:
-        outcome = await transport.send(envelope("slow-after-dot@example.com"))
+        outcome = await transport.exchange(envelope("slow-after-dot@example.com"))
         elapsed = time.monotonic() - started
         assert_failed(outcome, Stage.BODY, Failure.TIMEOUT)
         assert 0.4 < elapsed < 2.0
-        assert (await transport.send(envelope())).accepted
+        assert (await transport.exchange(envelope())).accepted
     finally:
         await transport.close()
     assert smtp_server.connections == 2
@@ -335,8 +330,8 @@ async def test_slow_reply_after_dot_times_out_at_body(smtp_server: SmtpTestServe
 async def test_starttls_with_trusted_ca(tls_smtp_server: SmtpTestServer):
     transport = SmtpTransport(smtp_settings_for(tls_smtp_server))
     try:
-        assert (await transport.send(envelope())).accepted
-        assert (await transport.send(envelope())).accepted
+        assert (await transport.exchange(envelope())).accepted
+        assert (await transport.exchange(envelope())).accepted
     finally:
         await transport.close()
     assert [m.tls for m in tls_smtp_server.messages] == [True, True]
@@ -348,7 +343,7 @@ async def test_untrusted_certificate_is_a_tls_failure(
 ):
     for ca_file in (other_certs.ca_file, None):
         settings = smtp_settings_for(tls_smtp_server, ca_file=ca_file)
-        outcome = await SmtpTransport(settings).send(envelope())
+        outcome = await SmtpTransport(settings).exchange(envelope())
         assert_failed(outcome, Stage.STARTTLS, Failure.TLS)
     assert tls_smtp_server.messages == []
 
@@ -360,18 +355,18 @@ async def test_implicit_tls(test_certs: TestCerts, other_certs: TestCerts):
     ) as server:
         trusted = SmtpTransport(smtp_settings_for(server))
         try:
-            assert (await trusted.send(envelope())).accepted
+            assert (await trusted.exchange(envelope())).accepted
         finally:
             await trusted.close()
         untrusted = smtp_settings_for(server, ca_file=other_certs.ca_file)
-        outcome = await SmtpTransport(untrusted).send(envelope())
+        outcome = await SmtpTransport(untrusted).exchange(envelope())
         assert_failed(outcome, Stage.CONNECT, Failure.TLS)
         assert [m.tls for m in server.messages] == [True]
 
 
 async def test_starttls_required_but_not_offered(smtp_server: SmtpTestServer):
     settings = smtp_settings_for(smtp_server, tls=TlsMode.STARTTLS)
-    outcome = await SmtpTransport(settings).send(envelope())
+    outcome = await SmtpTransport(settings).exchange(envelope())
     assert_failed(outcome, Stage.STARTTLS, Failure.TLS)
     assert "STARTTLS" in outcome.detail
     assert smtp_server.messages == []
@@ -380,7 +375,7 @@ async def test_starttls_required_but_not_offered(smtp_server: SmtpTestServer):
 async def test_authenticated_send(auth_smtp_server: SmtpTestServer):
     transport = SmtpTransport(smtp_settings_for(auth_smtp_server))
     try:
-        assert (await transport.send(envelope())).accepted
+        assert (await transport.exchange(envelope())).accepted
     finally:
         await transport.close()
     assert [m.auth_user for m in auth_smtp_server.messages] == [AUTH_USER]
@@ -393,7 +388,7 @@ async def test_bad_password_is_535_at_auth_and_never_leaks(
     wrong = "wr0ng-" + AUTH_PASSWORD
     settings = smtp_settings_for(auth_smtp_server, password=wrong)
     transport = SmtpTransport(settings)
-    outcome = await transport.send(envelope())
+    outcome = await transport.exchange(envelope())
     checked = await check_connection(settings)
     await transport.close()
 
@@ -411,7 +406,7 @@ async def test_plaintext_auth_when_server_allows_it():
     with SmtpTestServer(auth=(AUTH_USER, AUTH_PASSWORD), auth_require_tls=False) as server:
         transport = SmtpTransport(smtp_settings_for(server))
         try:
-            assert (await transport.send(envelope())).accepted
+            assert (await transport.exchange(envelope())).accepted
         finally:
             await transport.close()
         assert [(m.auth_user, m.tls) for m in server.messages] == [(AUTH_USER, False)]
@@ -419,7 +414,7 @@ async def test_plaintext_auth_when_server_allows_it():
 
 async def test_auth_required_but_no_credentials_is_a_mail_reply(auth_smtp_server):
     settings = smtp_settings_for(auth_smtp_server, username=None, password=None)
-    outcome = await SmtpTransport(settings).send(envelope())
+    outcome = await SmtpTransport(settings).exchange(envelope())
     assert_reply(outcome, Stage.MAIL, smtpcodes.AUTH_REQUIRED, "5.7.0")
 
 
@@ -450,8 +445,8 @@ async def test_dedup_server_acknowledges_but_does_not_record_a_resend(
 ):
     smtp_server.dedup = True
     sent = envelope()
-    assert (await transport.send(sent)).accepted
-    assert (await transport.send(sent)).accepted
+    assert (await transport.exchange(sent)).accepted
+    assert (await transport.exchange(sent)).accepted
     assert len(smtp_server.messages) == 1
     assert smtp_server.dedup_hits == 1
 

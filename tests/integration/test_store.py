@@ -10,10 +10,9 @@ from sqlalchemy import Engine, select, update
 
 from mailout import db
 from mailout.db import leasing
-from mailout.db.leasing import Completion
 from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.models import Outcome, Status
+from mailout.models import Completion, Outcome, Status
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 

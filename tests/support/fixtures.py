@@ -23,13 +23,24 @@ from typing import Any
 
 import pytest
 
-from mailout.transports.smtp.client import SmtpSettings, TlsMode
+from mailout.models import Mailbox
+from mailout.transports.base import Envelope
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 from tests.support.pg import postgres_server_url
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.tls import TestCerts, make_test_certs
 
 AUTH_USER = "mailer"
 AUTH_PASSWORD = "s3cret-Pa55word-do-not-log"  # a test credential
+
+
+def raw_envelope(sender: str, recipients: str | tuple[str, ...], data: bytes,
+                 message_id: str, key: str = "key-1") -> Envelope:
+    """An envelope around ready-made wire bytes, for transport-level tests."""
+    rcpts = (recipients,) if isinstance(recipients, str) else recipients
+    return Envelope(message_id=message_id, idempotency_key=key, sender=Mailbox(sender),
+                    to=tuple(Mailbox(r) for r in rcpts), subject="", text=None, html=None,
+                    wire_builder=lambda: data)
 
 
 def smtp_settings_for(server: SmtpTestServer, **overrides: Any) -> SmtpSettings:

@@ -74,7 +74,7 @@ from typing import Any, NoReturn, TypeVar
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
-from mailout.transports.base import Stage
+from mailout.transports.smtp.outcome import Stage
 
 _T = TypeVar("_T")
 NO_RECIPIENT = "<no valid recipient>"  # see SmtpTestServer.data_without_rcpt

@@ -6,14 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailout.transports.base import Failure, Reply, SendOutcome, Stage
+from mailout.transports.base import Decision, SendResult
 from mailout.transports.smtp.classify import (
-    Action,
-    Decision,
+    Verdict,
     classify,
     parse_enhanced_code,
     parse_provider_id,
+    to_result,
 )
+from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
 
 ALL_STAGES = list(Stage)
 BEFORE_BODY = [stage for stage in Stage if stage is not Stage.BODY]
@@ -92,14 +93,16 @@ CASES = [
     ),
     ("504 auth", reply(Stage.AUTH, 504, "5.5.4 mechanism"), "pause", "auth_rejected"),
     # permanent for this message
-    ("550 5.1.1 rcpt", reply(Stage.RCPT, 550, "5.1.1 No such user"), "fail", "recipient_rejected"),
-    ("550 mail", reply(Stage.MAIL, 550, "5.7.1 Sender rejected"), "fail", "sender_rejected"),
-    ("554 data", reply(Stage.DATA, 554, "5.5.1 No valid recipients"), "fail", "permanent_reply"),
-    ("552 5.3.4 body", reply(Stage.BODY, 552, "5.3.4 Message too big"), "fail", "message_too_big"),
+    ("550 5.1.1 rcpt", reply(Stage.RCPT, 550, "5.1.1 No such user"), "failed",
+     "recipient_rejected"),
+    ("550 mail", reply(Stage.MAIL, 550, "5.7.1 Sender rejected"), "failed", "sender_rejected"),
+    ("554 data", reply(Stage.DATA, 554, "5.5.1 No valid recipients"), "failed", "permanent_reply"),
+    ("552 5.3.4 body", reply(Stage.BODY, 552, "5.3.4 Message too big"), "failed",
+     "message_too_big"),
     (
         "554 5.7.1 body",
         reply(Stage.BODY, 554, "5.7.1 Rejected by policy"),
-        "fail",
+        "failed",
         "permanent_reply",
     ),
     # the final "." was sent but the reply got lost
@@ -124,7 +127,7 @@ CASES = [
     (
         "accepted with 550",
         SendOutcome(Stage.RCPT, Reply(550, "5.1.1 x")),
-        "fail",
+        "failed",
         "recipient_rejected",
     ),
 ]
@@ -134,13 +137,13 @@ CASES = [
     ("outcome", "action", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_classify(outcome: SendOutcome, action: str, reason: str) -> None:
-    assert classify(outcome) == Decision(Action(action), reason)
+    assert classify(outcome) == Verdict(Decision(action), reason)
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 @pytest.mark.parametrize("code", [421, 450, 451, 452, 454])
 def test_every_transient_reply_retries_at_every_stage(stage: Stage, code: int) -> None:
-    assert classify(reply(stage, code)).action is Action.RETRY
+    assert classify(reply(stage, code)).action is Decision.RETRY
 
 
 @pytest.mark.parametrize("stage", BEFORE_BODY)
@@ -148,13 +151,13 @@ def test_every_transient_reply_retries_at_every_stage(stage: Stage, code: int) -
     "failure", [Failure.REFUSED, Failure.DNS, Failure.TIMEOUT, Failure.DISCONNECT]
 )
 def test_connection_trouble_before_body_retries(stage: Stage, failure: Failure) -> None:
-    assert classify(broken(stage, failure)).action is Action.RETRY
+    assert classify(broken(stage, failure)).action is Decision.RETRY
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 @pytest.mark.parametrize("code", [530, 535, 538])
 def test_configuration_replies_pause_at_every_stage(stage: Stage, code: int) -> None:
-    assert classify(reply(stage, code)).action is Action.PAUSE
+    assert classify(reply(stage, code)).action is Decision.PAUSE
 
 
 @given(
@@ -168,7 +171,21 @@ def test_classify_never_raises(
     stage: Stage, code: int, text: str, failure: Failure | None, with_reply: bool
 ) -> None:
     outcome = SendOutcome(stage, Reply(code, text) if with_reply else None, failure)
-    assert isinstance(classify(outcome).action, Action)
+    assert isinstance(classify(outcome).action, Decision)
+
+
+def test_to_result_carries_the_verdict_the_reply_and_the_provider_id() -> None:
+    accepted = SendOutcome(Stage.BODY, Reply(250, "2.0.0 Ok: queued as 4Xyz12AbC", "2.0.0"))
+    assert to_result(accepted) == SendResult(
+        Decision.SENT, "accepted", provider_id="4Xyz12AbC", stage="body", code=250,
+        enhanced="2.0.0", text="2.0.0 Ok: queued as 4Xyz12AbC",
+    )
+    refused = to_result(reply(Stage.RCPT, 550, "5.1.1 no such user queued as X1", "5.1.1"))
+    assert (refused.decision, refused.reason, refused.provider_id) == (
+        Decision.FAILED, "recipient_rejected", None)  # never an id from a refusal
+    lost = to_result(broken(Stage.BODY, Failure.TIMEOUT))
+    assert (lost.decision, lost.stage, lost.code, lost.detail) == (
+        Decision.UNKNOWN, "body", None, "test")
 
 
 PROVIDER_IDS = [

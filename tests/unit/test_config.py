@@ -6,9 +6,17 @@ import pytest
 
 from mailout import config
 from mailout.exceptions import ConfigError
-from mailout.transports.smtp.client import TlsMode
+from mailout.transports.smtp.client import SmtpTransport
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 
 BASE = {"MAIL_FROM": "shop@example.com"}
+
+
+def smtp(s: config.Settings) -> SmtpSettings:
+    """The SMTP settings of the transport ``s`` builds for one lane."""
+    transport = s.transport.build(s.concurrency)
+    assert isinstance(transport, SmtpTransport)
+    return transport.settings
 
 
 def test_defaults() -> None:
@@ -19,11 +27,11 @@ def test_defaults() -> None:
     assert s.retry_base == 30
     assert s.retry_cap == 3600
     assert s.poll_seconds is None  # chosen per database: 1 s PostgreSQL, 0.2 s SQLite
-    assert s.smtp().port == 587
-    assert s.smtp().tls is TlsMode.STARTTLS
-    assert config.load(env={**BASE, "SMTP_PORT": "465"}).smtp().tls is TlsMode.IMPLICIT
-    assert s.smtp().pipelining is True
-    assert config.load(env={**BASE, "SMTP_PIPELINING": "off"}).smtp().pipelining is False
+    assert smtp(s).port == 587
+    assert smtp(s).tls is TlsMode.STARTTLS
+    assert smtp(config.load(env={**BASE, "SMTP_PORT": "465"})).tls is TlsMode.IMPLICIT
+    assert smtp(s).pipelining is True
+    assert smtp(config.load(env={**BASE, "SMTP_PIPELINING": "off"})).pipelining is False
 
 
 def test_overrides_beat_the_environment() -> None:
@@ -34,7 +42,7 @@ def test_overrides_beat_the_environment() -> None:
 def test_the_password_is_never_in_repr() -> None:
     s = config.load(env={**BASE, "SMTP_PASS": "hunter2-secret"})
     assert "hunter2-secret" not in repr(s)
-    assert "hunter2-secret" not in repr(s.smtp())
+    assert "hunter2-secret" not in repr(smtp(s))
 
 
 @pytest.mark.parametrize(

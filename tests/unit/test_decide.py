@@ -1,4 +1,4 @@
-"""attempt.decide: what a row becomes after each kind of outcome. Pure, no I/O."""
+"""attempt.decide: what a row becomes after each kind of send result. Pure, no I/O."""
 
 from __future__ import annotations
 
@@ -11,15 +11,19 @@ from mailout.attempt import Context, decide
 from mailout.models import ClaimedMessage, Outcome, Status
 from mailout.policy import RetryPolicy
 from mailout.render import Renderer
-from mailout.transports.base import Envelope, Failure, Reply, SendOutcome, Stage
-from mailout.transports.smtp.classify import Action, Decision
+from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 class _NoTransport:
-    async def send(self, envelope: Envelope) -> SendOutcome:
+    name = "none"
+
+    async def send(self, envelope: Envelope) -> SendResult:
         raise AssertionError("decide must not send")
+
+    async def check(self) -> CheckResult:
+        raise AssertionError("decide must not check")
 
     async def close(self) -> None:
         return None
@@ -40,61 +44,74 @@ def msg(attempts: int = 1, expires_in: float = 3600) -> ClaimedMessage:
     )
 
 
-OK = SendOutcome(Stage.BODY, Reply(250, "2.0.0 Ok: queued as 4XYZ"))
-SOFT = SendOutcome(Stage.RCPT, Reply(451, "4.3.0 later", "4.3.0"), Failure.REPLY)
-HARD = SendOutcome(Stage.RCPT, Reply(550, "5.1.1 no such user", "5.1.1"), Failure.REPLY)
-AUTH = SendOutcome(Stage.AUTH, Reply(535, "5.7.8 bad credentials", "5.7.8"), Failure.REPLY)
-LOST = SendOutcome(Stage.BODY, None, Failure.DISCONNECT, "connection lost")
+OK = SendResult(Decision.SENT, "accepted", provider_id="4XYZ", stage="body", code=250,
+                text="2.0.0 Ok: queued as 4XYZ")
+SOFT = SendResult(Decision.RETRY, "transient_reply", stage="rcpt", code=451, enhanced="4.3.0",
+                  text="4.3.0 later")
+HARD = SendResult(Decision.FAILED, "recipient_rejected", stage="rcpt", code=550,
+                  enhanced="5.1.1", text="5.1.1 no such user")
+AUTH = SendResult(Decision.PAUSE, "bad_credentials", stage="auth", code=535, enhanced="5.7.8",
+                  text="5.7.8 bad credentials")
+LOST = SendResult(Decision.UNKNOWN, "lost_reply_after_data", stage="body",
+                  detail="connection lost")
+OUTAGE = SendResult(Decision.OUTAGE, "connect_refused", stage="connect")
+THROTTLED = SendResult(Decision.RETRY, "rate_limited", stage="http", code=429, retry_after=500.0)
 
 
 @pytest.mark.parametrize(
-    ("outcome", "action", "attempts", "expires_in", "status", "kind", "charged"),
+    ("result", "attempts", "expires_in", "status", "kind", "charged"),
     [
-        (OK, Action.SENT, 1, 3600, Status.SENT, Outcome.SENT, True),
-        (HARD, Action.FAIL, 1, 3600, Status.FAILED, Outcome.FAILED, True),
-        (SOFT, Action.RETRY, 1, 3600, Status.PENDING, Outcome.RETRY, True),
-        (SOFT, Action.RETRY, 3, 3600, Status.DEAD, Outcome.DEAD, True),
-        (SOFT, Action.RETRY, 1, -1, Status.DEAD, Outcome.DEAD, True),
-        (LOST, Action.UNKNOWN, 1, 3600, Status.PENDING, Outcome.UNKNOWN, True),
-        (AUTH, Action.PAUSE, 3, 3600, Status.PENDING, Outcome.PAUSED, False),
+        (OK, 1, 3600, Status.SENT, Outcome.SENT, True),
+        (HARD, 1, 3600, Status.FAILED, Outcome.FAILED, True),
+        (SOFT, 1, 3600, Status.PENDING, Outcome.RETRY, True),
+        (SOFT, 3, 3600, Status.DEAD, Outcome.DEAD, True),
+        (SOFT, 1, -1, Status.DEAD, Outcome.DEAD, True),
+        (LOST, 1, 3600, Status.PENDING, Outcome.UNKNOWN, True),
+        (AUTH, 3, 3600, Status.PENDING, Outcome.PAUSED, False),
     ],
 )
-def test_decide(outcome: SendOutcome, action: Action, attempts: int, expires_in: float,
+def test_decide(result: SendResult, attempts: int, expires_in: float,
                 status: Status, kind: Outcome, charged: bool) -> None:
-    c = decide(msg(attempts, expires_in), outcome, Decision(action, "r"), ctx=CTX,
-               pause_seconds=30)
+    c = decide(msg(attempts, expires_in), result, ctx=CTX, pause_seconds=30)
     assert (c.status, c.outcome, c.uncharge) == (status, kind, not charged)
     assert c.attempt == attempts
     assert c.lease_token == "tok"
     if status is Status.PENDING:
         assert c.delay_seconds is not None
         assert c.delay_seconds >= 0
-    if outcome.reply:
-        assert c.reply_code == outcome.reply.code
-        assert c.reply_text == outcome.reply.text
+    assert (c.reply_code, c.reply_text, c.stage) == (result.code, result.text, result.stage)
+    if status not in (Status.DEAD, Status.SENT):
+        assert c.reason == result.reason
 
 
 def test_sent_keeps_the_provider_id() -> None:
-    c = decide(msg(), OK, Decision(Action.SENT, "accepted"), ctx=CTX, pause_seconds=30)
+    c = decide(msg(), OK, ctx=CTX, pause_seconds=30)
     assert c.provider_message_id == "4XYZ"
 
 
 def test_dead_names_its_reason() -> None:
-    assert decide(msg(3), SOFT, Decision(Action.RETRY, "r"), ctx=CTX,
-                  pause_seconds=30).reason == "max_attempts"
-    assert decide(msg(1, -1), SOFT, Decision(Action.RETRY, "r"), ctx=CTX,
-                  pause_seconds=30).reason == "expired"
+    assert decide(msg(3), SOFT, ctx=CTX, pause_seconds=30).reason == "max_attempts"
+    assert decide(msg(1, -1), SOFT, ctx=CTX, pause_seconds=30).reason == "expired"
 
 
-@pytest.mark.parametrize(("outcome", "action", "attempts"),
-                         [(HARD, Action.FAIL, 1), (SOFT, Action.RETRY, 3)])
+def test_a_provider_retry_after_is_a_floor_on_the_backoff() -> None:
+    c = decide(msg(), THROTTLED, ctx=CTX, pause_seconds=30)
+    assert c.status is Status.PENDING
+    assert c.delay_seconds == 500.0  # the policy alone would wait at most 10 s
+
+
+def test_an_outage_is_retried_for_now() -> None:
+    c = decide(msg(), OUTAGE, ctx=CTX, pause_seconds=30)
+    assert (c.status, c.outcome, c.reason) == (Status.PENDING, Outcome.RETRY, "connect_refused")
+
+
+@pytest.mark.parametrize(("result", "attempts"), [(HARD, 1), (SOFT, 3)])
 def test_a_give_up_after_an_unknown_outcome_is_parked_not_failed(
-    outcome: SendOutcome, action: Action, attempts: int
+    result: SendResult, attempts: int
 ) -> None:
     from dataclasses import replace
 
-    c = decide(replace(msg(attempts), unknown_attempts=1), outcome, Decision(action, "r"),
-               ctx=CTX, pause_seconds=30)
+    c = decide(replace(msg(attempts), unknown_attempts=1), result, ctx=CTX, pause_seconds=30)
     assert c.status is Status.UNKNOWN
     assert c.outcome in (Outcome.FAILED, Outcome.DEAD)  # the attempt log keeps the truth
     assert c.reason is not None

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mailout.db.leasing import Completion
 from mailout.logs import (
     JsonFormatter,
     LogRecipients,
@@ -21,7 +20,7 @@ from mailout.logs import (
     recipient_for_log,
     redact_addresses,
 )
-from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, Outcome, Status
 
 
 @pytest.mark.parametrize(("address", "masked"), [

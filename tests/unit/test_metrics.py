@@ -7,9 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import generate_latest
 
-from mailout.db.leasing import Completion
 from mailout.metrics.prometheus import PrometheusObserver
-from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, Outcome, Status
 
 
 def _msg(queue: str = "default", waited: float = 2.0) -> ClaimedMessage:

@@ -285,8 +285,8 @@ def test_renderer_keeps_addresses_of_non_ascii_reply_to() -> None:
         expires_at=None, lease_token="t", claimed_at=now, reclaimed=False,
     )
     envelope = Renderer(None, mail_from="shop@example.com").render(msg)
-    assert b"Reply-To: =?utf-8?b?SsO8cmdlbg==?= <help@example.com>\r\n" in envelope.data
-    parsed = parse(envelope.data)
+    assert b"Reply-To: =?utf-8?b?SsO8cmdlbg==?= <help@example.com>\r\n" in envelope.wire
+    parsed = parse(envelope.wire)
     assert parsed["Reply-To"].addresses[0].display_name == "Jürgen"
     assert parsed["From"].addresses[0].display_name == "Zoë Ü"
     assert parsed["X-Tag"] == "ünï"

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mailout.exceptions import RenderError
-from mailout.models import ClaimedMessage
+from mailout.models import ClaimedMessage, Mailbox
 from mailout.render import Renderer, template_exists, validate_template_name
 from mailout.transports.base import Envelope
 
@@ -54,7 +54,7 @@ def templated(name: str, params: dict[str, Any] | None = None, **changes: Any) -
 
 
 def parse(envelope: Envelope) -> EmailMessage:
-    return BytesParser(policy=email.policy.default).parsebytes(envelope.data)
+    return BytesParser(policy=email.policy.default).parsebytes(envelope.wire)
 
 
 def body(parsed: EmailMessage, subtype: str) -> str:
@@ -173,7 +173,7 @@ def test_no_templates_dir_configured() -> None:
 def test_headers_are_present_and_exact(renderer: Renderer) -> None:
     message = claimed(headers={"X-Campaign": "spring", "Reply-To": "help@example.com"})
     envelope = renderer.render(message)
-    lines = envelope.data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    lines = envelope.wire.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
     assert f"Message-ID: {MESSAGE_ID}".encode() in lines
     assert b"Idempotency-Key: order-42-receipt" in lines
     assert b"Date: Wed, 01 May 2024 12:00:00 +0000" in lines
@@ -185,7 +185,15 @@ def test_headers_are_present_and_exact(renderer: Renderer) -> None:
     assert parsed["MIME-Version"] == "1.0"
     assert parsed["X-Campaign"] == "spring"
     assert parsed["Reply-To"] == "help@example.com"
-    assert envelope == Envelope("shop@example.com", "bob@example.com", envelope.data, MESSAGE_ID)
+    # The structured parts carry the same message, for transports that take fields.
+    assert (envelope.mail_from, envelope.recipients, envelope.message_id) == (
+        "shop@example.com", ("bob@example.com",), MESSAGE_ID)
+    assert envelope.sender == Mailbox("shop@example.com", "Shop")
+    assert envelope.to == (Mailbox("bob@example.com"),)
+    assert envelope.idempotency_key == "order-42-receipt"
+    assert envelope.subject == parsed["Subject"]
+    assert dict(envelope.headers) == {"X-Campaign": "spring", "Reply-To": "help@example.com"}
+    assert envelope.wire is envelope.wire  # built once
 
 
 def test_sender_overrides_default_and_custom_idempotency_header(templates: Path) -> None:
@@ -215,7 +223,7 @@ def test_bad_default_sender(mail_from: str) -> None:
 )
 def test_subject_is_encoded_and_round_trips(renderer: Renderer, subject: str) -> None:
     envelope = renderer.render(claimed(subject=subject))
-    header_block = envelope.data.split(b"\r\n\r\n", 1)[0]
+    header_block = envelope.wire.split(b"\r\n\r\n", 1)[0]
     assert header_block.isascii()
     if not subject.isascii() or "=?" in subject:
         assert b"Subject: =?utf-8?b?" in header_block  # RFC 2047
@@ -225,8 +233,8 @@ def test_subject_is_encoded_and_round_trips(renderer: Renderer, subject: str) ->
 def test_long_ascii_subject_is_folded_and_round_trips(renderer: Renderer) -> None:
     subject = "word " * 60 + "end"
     envelope = renderer.render(claimed(subject=subject))
-    assert b"Subject: word word" in envelope.data
-    assert max(len(line) for line in envelope.data.split(b"\r\n")) <= 78
+    assert b"Subject: word word" in envelope.wire
+    assert max(len(line) for line in envelope.wire.split(b"\r\n")) <= 78
     assert parse(envelope)["Subject"] == subject
 
 
@@ -255,9 +263,9 @@ def test_html_only(renderer: Renderer) -> None:
 def test_long_single_line_body_keeps_lines_short(renderer: Renderer, char: str) -> None:
     text = char * 5_000
     envelope = renderer.render(claimed(text=text, html=f"<p>{text}</p>"))
-    assert max(len(line) for line in envelope.data.split(b"\r\n")) <= 998
-    assert envelope.data.isascii()  # 7-bit clean: no 8BITMIME needed
-    assert b"\n" not in envelope.data.replace(b"\r\n", b"")  # CRLF only
+    assert max(len(line) for line in envelope.wire.split(b"\r\n")) <= 998
+    assert envelope.wire.isascii()  # 7-bit clean: no 8BITMIME needed
+    assert b"\n" not in envelope.wire.replace(b"\r\n", b"")  # CRLF only
     parsed = parse(envelope)
     assert body(parsed, "plain") == text + "\n"
     assert body(parsed, "html") == f"<p>{text}</p>\n"
@@ -307,8 +315,8 @@ SAFE_CHARS = st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp"))
 )
 def test_unicode_round_trips(renderer: Renderer, subject: str, text: str) -> None:
     envelope = renderer.render(claimed(subject=subject, text=text))
-    assert envelope.data.isascii()
-    assert max(len(line) for line in envelope.data.split(b"\r\n")) <= 998
+    assert envelope.wire.isascii()
+    assert max(len(line) for line in envelope.wire.split(b"\r\n")) <= 998
     parsed = parse(envelope)
     assert parsed["Subject"] == subject.strip()
     expected = text if text.endswith("\n") else text + "\n"

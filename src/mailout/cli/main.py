@@ -467,7 +467,7 @@ def check_cmd(obj: dict[str, Any]) -> None:
 
     settings = config.load(database_url=obj["db_url"])
     results = [preflight.check_database(settings.database_url),
-               preflight.check_smtp(settings.smtp())]
+               preflight.check_transport(settings.transport.build(1))]
     for ok, line in results:
         click.echo(("ok     " if ok else "FAILED ") + line)
     if not all(ok for ok, _ in results):

@@ -1,27 +1,23 @@
-"""Deployment checks for ``mailout check``: is the database ready, does SMTP work?
+"""``mailout check``: is the database ready, does the transport work?
 
-Each check returns ``(ok, line)``: a verdict and one sentence in plain words
-saying what is wrong and which setting to look at. Checks never raise for the
-problem they look for, and never print a password: the SMTP password is
-redacted from anything a server or a library says back.
+Each check returns ``(ok, line)``: a verdict and one sentence in plain words saying
+what is wrong and which setting to look at. Checks never raise for the problem they
+look for, and never print a secret. What "the transport works" means is each
+transport's own business (:meth:`Transport.check`); this module only asks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
 from mailout.exceptions import MailoutError
-from mailout.transports.base import Failure, SendOutcome, Stage
-from mailout.transports.smtp import codes as smtpcodes
-from mailout.transports.smtp.client import SmtpSettings, TlsMode, check_connection
+from mailout.transports.base import Transport
 
 Verdict = tuple[bool, str]
-_REDACTED = "********"
 
 
 def check_database(url: str | None) -> Verdict:
@@ -45,67 +41,14 @@ def check_database(url: str | None) -> Verdict:
         engine.dispose()
 
 
-def check_smtp(settings: SmtpSettings) -> Verdict:
-    """Connect, EHLO, STARTTLS and AUTH as configured; send nothing."""
-    try:
-        outcome = asyncio.run(check_connection(settings))
-    except (OSError, ssl.SSLError) as exc:  # raised building the TLS context: SMTP_CA_FILE
-        return False, _redact(f"SMTP: cannot load SMTP_CA_FILE {settings.ca_file!r}: {exc}",
-                              settings)
-    if outcome.accepted:
-        return True, _redact(_describe_ok(outcome, settings), settings)
-    return False, _redact(f"SMTP {settings.host}:{settings.port}: {explain(outcome, settings)}",
-                          settings)
+def check_transport(transport: Transport) -> Verdict:
+    """Ask the transport to check its connection and credentials; send nothing."""
 
+    async def run() -> Verdict:
+        try:
+            result = await transport.check()
+        finally:
+            await transport.close()
+        return result.ok, result.line
 
-def _describe_ok(outcome: SendOutcome, s: SmtpSettings) -> str:
-    tls = {TlsMode.NONE: "no TLS", TlsMode.STARTTLS: "STARTTLS",
-           TlsMode.IMPLICIT: "implicit TLS"}[s.tls]
-    auth = f"authenticated as {s.username!r}" if s.username else "no AUTH (SMTP_USER unset)"
-    said = f"; last reply {outcome.reply.code} {outcome.reply.text}" if outcome.reply else ""
-    return f"SMTP {s.host}:{s.port}: connected, {tls}, {auth}{said}"
-
-
-def explain(outcome: SendOutcome, s: SmtpSettings) -> str:
-    """What a failed check means, in plain words, with the settings to look at."""
-    where = f"{s.host}:{s.port}"
-    failure, stage, reply = outcome.failure, outcome.stage, outcome.reply
-    if failure is Failure.REFUSED:
-        return (f"connection refused: nothing accepts connections at {where}. "
-                "Check SMTP_HOST and SMTP_PORT, and that the server is running.")
-    if failure is Failure.DNS:
-        return f"the host name {s.host!r} does not resolve. Check SMTP_HOST."
-    if failure is Failure.TIMEOUT:
-        return (f"no answer within {s.timeout:g}s (SMTP_TIMEOUT) at {stage.value}: a firewall, "
-                "a wrong port, or a TLS mismatch (port 465 needs SMTP_TLS=implicit).")
-    if failure is Failure.TLS:
-        return (f"TLS failed at {stage.value}: {outcome.detail}. If the certificate is not "
-                "trusted, point SMTP_CA_FILE at its CA bundle; check SMTP_TLS "
-                "(starttls, implicit or none) matches the port.")
-    if failure is Failure.DISCONNECT:
-        return (f"the server closed the connection at {stage.value} ({outcome.detail}). "
-                "A TLS mismatch does this: check SMTP_TLS against the port.")
-    if reply is not None:
-        return _explain_reply(stage, f"{reply.code} {reply.text}".strip(), reply.code, s)
-    return f"failed at {stage.value}: {outcome.detail or 'no reply'}"
-
-
-def _explain_reply(stage: Stage, said: str, code: int, s: SmtpSettings) -> str:
-    if code == smtpcodes.AUTH_CREDENTIALS_INVALID or stage is Stage.AUTH:
-        return (f"authentication failed for user {s.username!r}: the server said \"{said}\". "
-                "Check SMTP_USER and SMTP_PASS.")
-    if code in (smtpcodes.AUTH_REQUIRED, smtpcodes.ENCRYPTION_REQUIRED):
-        return (f"the server requires authentication or encryption: \"{said}\". "
-                "Set SMTP_USER/SMTP_PASS, and SMTP_TLS to starttls or implicit.")
-    if stage is Stage.CONNECT:
-        return f"the server refused the session in its greeting: \"{said}\"."
-    if stage is Stage.STARTTLS:
-        return f"the server refused STARTTLS: \"{said}\". Check SMTP_TLS."
-    return f"the server rejected {stage.value.upper()}: \"{said}\"."
-
-
-def _redact(text: str, s: SmtpSettings) -> str:
-    # A server or library that echoes the password back must not get it printed.
-    if s.password:
-        return text.replace(s.password, _REDACTED)
-    return text
+    return asyncio.run(run())

@@ -12,7 +12,6 @@ import functools
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,7 +46,7 @@ from mailout.db.schema import (
     messages,
     pauses,
 )
-from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, Outcome, Status
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -234,31 +233,6 @@ def _log_abandoned(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
             for r in rows
         ],
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """How one claimed attempt ended, and what the row becomes."""
-
-    id: int
-    lease_token: str
-    attempt: int
-    outcome: Outcome
-    status: Status  # SENT, PENDING (retry or paused), FAILED, DEAD or UNKNOWN
-    started_at: datetime
-    worker: str
-    recipient: str
-    delay_seconds: float | None = None  # for PENDING: when to try again
-    uncharge: bool = False  # a paused attempt does not count against max_attempts
-    reason: str | None = None
-    stage: str | None = None
-    reply_code: int | None = None
-    enhanced_code: str | None = None
-    reply_text: str | None = None
-    detail: str | None = None
-    provider_message_id: str | None = None
-    logged: bool = True  # False when no attempt was made (a row parked at claim)
-    redirected_to: str | None = None  # MAILOUT_REDIRECT_TO delivered it there instead
 
 
 def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from mailout.db.leasing import Completion
-from mailout.models import ClaimedMessage
+from mailout.models import ClaimedMessage, Completion
 
 
 class Observer(Protocol):

@@ -34,11 +34,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import choose_encoder
 
 from mailout import __version__
-from mailout.db.leasing import Completion
 from mailout.exceptions import ConfigError
 from mailout.metrics.collectors import CACHE_SECONDS, AlertCollector, QueueCollector
 from mailout.metrics.observer import NullObserver
-from mailout.models import ClaimedMessage, Outcome
+from mailout.models import ClaimedMessage, Completion, Outcome
 from mailout.worker.lane import DB_RETRY_CAP
 
 if TYPE_CHECKING:

@@ -1,82 +1,139 @@
-"""The transport boundary: what a worker hands over and what comes back.
+"""The transport contract: what a worker hands over, and what comes back.
 
-A transport never raises for a delivery problem. It reports what happened as a
-:class:`SendOutcome` value, and :mod:`mailout.transports.smtp.classify` decides what that means.
+A worker renders a claimed row into an :class:`Envelope` and calls
+:meth:`Transport.send`. The transport speaks its provider's protocol (SMTP, an HTTP
+API, memory) and maps whatever happened to one provider-neutral :class:`SendResult`:
+a :class:`Decision`, a short reason label, the provider's id, and detail for the
+attempt log. Nothing outside ``mailout.transports`` parses SMTP replies or HTTP
+bodies.
+
+A transport never raises for a delivery problem: a refused connection, a 5yz reply
+or an HTTP 429 are results, not exceptions. It raises only for programming errors
+and on cancellation.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
-
-class Stage(enum.StrEnum):
-    """Where in the SMTP dialogue an outcome happened."""
-
-    CONNECT = "connect"  # TCP connect, implicit TLS handshake, or the 220 greeting
-    EHLO = "ehlo"
-    STARTTLS = "starttls"
-    AUTH = "auth"
-    MAIL = "mail"  # MAIL FROM
-    RCPT = "rcpt"  # RCPT TO
-    DATA = "data"  # the DATA command, before the server's 354
-    BODY = "body"  # the content and the final ".", up to the server's reply
+from mailout.models import Attachment, Mailbox
 
 
-class Failure(enum.StrEnum):
-    """Why a send did not get a positive reply."""
+class Decision(enum.StrEnum):
+    """What one send means for the message, decided by the transport."""
 
-    REPLY = "reply"  # the server answered with a negative reply code
-    REFUSED = "refused"  # connection refused or reset while connecting
-    DNS = "dns"  # the host name did not resolve
-    TIMEOUT = "timeout"  # no answer within the timeout
-    DISCONNECT = "disconnect"  # the connection dropped
-    TLS = "tls"  # certificate verification or TLS handshake failed
+    SENT = "sent"  # the provider took responsibility for the message
+    RETRY = "retry"  # this message failed transiently (4yz, 429); charged, tried again later
+    FAILED = "failed"  # refused for good (5yz to RCPT, a validation error); the reply is kept
+    PAUSE = "pause"  # our configuration is wrong (credentials, TLS): uncharged, sending pauses
+    OUTAGE = "outage"  # the provider is unreachable or refuses everyone: uncharged, breaker opens
+    UNKNOWN = "unknown"  # the content left but no answer came back: it may have been accepted
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
-    """One SMTP reply: the code, the enhanced status code if any, and its text."""
+class RecipientResult:
+    """How one recipient fared, where the protocol says so per recipient."""
 
-    code: int
-    text: str
-    enhanced: str | None = None
+    address: str
+    decision: Decision  # SENT, RETRY or FAILED
+    code: int | None = None  # the reply or status code for this recipient
+    enhanced: str | None = None  # RFC 3463 enhanced status code, where there is one
+    text: str | None = None  # the provider's words, never a secret
 
 
 @dataclass(frozen=True, slots=True)
-class SendOutcome:
-    """The result of one attempt to hand a message to the server.
+class SendResult:
+    """The provider-neutral result of one send.
 
-    ``failure`` is None when the server accepted the message; ``reply`` then
-    holds its final 2yz reply.
+    ``stage``, ``code``, ``enhanced`` and ``text`` are for the attempt log and for
+    people: where in the exchange it ended (``"rcpt"``, ``"body"``, ``"http"``...),
+    the SMTP reply code or HTTP status, and the provider's words. The worker acts on
+    ``decision`` alone, plus ``retry_after`` when the provider asked for a delay.
     """
 
-    stage: Stage
-    reply: Reply | None = None
-    failure: Failure | None = None
-    detail: str = ""  # a short description of a non-reply failure, never a secret
+    decision: Decision
+    reason: str  # a short machine-friendly label, used as a metrics label
+    provider_id: str | None = None  # the provider's id for an accepted message
+    stage: str | None = None
+    code: int | None = None
+    enhanced: str | None = None
+    text: str | None = None
+    detail: str | None = None  # a non-reply failure described, never a secret
+    retry_after: float | None = None  # seconds the provider asked us to wait
+    recipients: tuple[RecipientResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A rendered message: its structured parts and, on demand, its wire form.
+
+    Everything a provider API needs is here as fields, so an HTTP transport never
+    parses MIME. ``wire`` is the full RFC 5322 message (CRLF line endings), built
+    on first use by ``wire_builder`` and kept: SMTP pays for it, HTTP APIs that
+    take fields never do. ``headers`` are the extra headers, in order, already
+    checked by the renderer; they never include Bcc.
+    """
+
+    message_id: str  # with angle brackets, as in the Message-ID header
+    idempotency_key: str
+    sender: Mailbox  # the From header
+    to: tuple[Mailbox, ...]
+    subject: str
+    text: str | None
+    html: str | None
+    cc: tuple[Mailbox, ...] = ()
+    bcc: tuple[Mailbox, ...] = ()
+    reply_to: tuple[Mailbox, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    attachments: tuple[Attachment, ...] = ()
+    return_path: str | None = None  # the envelope sender, when not the From address
+    wire_builder: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
-    def accepted(self) -> bool:
-        return self.failure is None
+    def mail_from(self) -> str:
+        """The envelope sender (SMTP ``MAIL FROM``): the return path, else From's address."""
+        return self.return_path or self.sender.address
+
+    @property
+    def recipients(self) -> tuple[str, ...]:
+        """Every envelope recipient (to, cc, bcc), bare addresses, first occurrence kept."""
+        return tuple(dict.fromkeys(m.address for m in (*self.to, *self.cc, *self.bcc)))
+
+    @cached_property
+    def wire(self) -> bytes:
+        """The RFC 5322 message. Raises ValueError when the envelope has no wire form."""
+        if self.wire_builder is None:
+            raise ValueError("this envelope was built without a wire form")
+        return self.wire_builder()
 
 
 @dataclass(frozen=True, slots=True)
-class Envelope:
-    """A rendered message ready for the wire."""
+class CheckResult:
+    """What ``mailout check`` prints for one transport: ok or not, in one line."""
 
-    mail_from: str
-    rcpt_to: str
-    data: bytes  # the full RFC 5322 message, CRLF line endings
-    message_id: str  # for logs; already inside ``data``
+    ok: bool
+    line: str  # human-readable, never holding a secret
 
 
 class Transport(Protocol):
-    """Something that can hand rendered messages to a mail server."""
+    """Something that hands envelopes to a provider.
 
-    async def send(self, envelope: Envelope) -> SendOutcome:
-        """Send one message. Reports delivery problems in the outcome, never raises them."""
+    ``name`` names the transport in the attempt log and in metrics (``smtp``,
+    ``memory``, ``resend``...).
+    """
+
+    name: str
+
+    async def send(self, envelope: Envelope) -> SendResult:
+        """Send one message. Reports delivery problems in the result, never raises them."""
+        ...
+
+    async def check(self) -> CheckResult:
+        """Check the connection and credentials without sending anything (``mailout check``)."""
         ...
 
     async def close(self) -> None:

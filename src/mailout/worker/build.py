@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from sqlalchemy import Engine
 
@@ -17,7 +16,6 @@ from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.render import Renderer
 from mailout.transports.base import Transport
-from mailout.transports.smtp.client import SmtpTransport
 from mailout.worker.runtime import Options, Worker, make_rng, worker_name
 
 log = logging.getLogger("mailout.worker.runtime")
@@ -54,8 +52,7 @@ def build_worker(
     def transport(concurrency: int) -> Transport:
         if transport_factory is not None:
             return transport_factory()
-        pool = settings.smtp_pool_size or concurrency
-        return SmtpTransport(replace(settings.smtp(), pool_size=pool))
+        return settings.transport.build(concurrency)
 
     contexts = [
         (lane, attempt.Context(

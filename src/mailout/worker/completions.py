@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout.db import leasing
-from mailout.db.leasing import Completion
+from mailout.models import Completion
 
 log = logging.getLogger("mailout.worker.runtime")
 

@@ -20,8 +20,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import attempt, db
 from mailout.db import leasing
-from mailout.db.leasing import Completion
-from mailout.models import ClaimedMessage
+from mailout.models import ClaimedMessage, Completion
 from mailout.policy import Lane
 from mailout.worker.ratelimit import TokenBucket
 

@@ -27,9 +27,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from mailout import attempt
 from mailout.alerts import Alert, Alerts
 from mailout.db import leasing, notifications
-from mailout.db.leasing import Completion
 from mailout.metrics.observer import NullObserver, Observer
-from mailout.models import Outcome, Status
+from mailout.models import Completion, Outcome, Status
 from mailout.policy import Lane
 from mailout.worker.breaker import Gate
 from mailout.worker.completions import CompletionWriter

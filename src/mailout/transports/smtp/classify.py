@@ -1,10 +1,11 @@
-"""Decide what a send attempt means: sent, retry, fail, pause or unknown.
+"""Decide what an SMTP exchange means: sent, retry, fail, pause or unknown.
 
-Pure functions, no I/O. The transport reports *what happened*
-(:class:`~mailout.transports.base.SendOutcome`); :func:`classify` turns that into
-*what to do* (:class:`Decision`), following RFC 5321: a 4yz reply is transient,
-a 5yz reply is permanent. Whether a permanent reply is about this message or
-about our configuration depends on the stage it came at.
+Pure functions, no I/O. The client reports *what happened*
+(:class:`~mailout.transports.smtp.outcome.SendOutcome`); :func:`classify` turns that
+into *what to do* (:class:`Verdict`), following RFC 5321: a 4yz reply is transient,
+a 5yz reply is permanent. Whether a permanent reply is about this message or about
+our configuration depends on the stage it came at. :func:`to_result` wraps both into
+the provider-neutral :class:`~mailout.transports.base.SendResult`.
 
 Also here: :func:`parse_enhanced_code` and :func:`parse_provider_id`, the
 canonical parsers of reply text. They never raise.
@@ -12,29 +13,20 @@ canonical parsers of reply text. They never raise.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 
-from mailout.transports.base import Failure, Reply, SendOutcome, Stage
+from mailout.transports.base import Decision, SendResult
 from mailout.transports.smtp import codes as smtpcodes
-
-
-class Action(enum.StrEnum):
-    """What the worker should do with the message after one attempt."""
-
-    SENT = "sent"  # the server took responsibility for the message; record it as sent
-    RETRY = "retry"  # transient problem, nothing was handed over; try again later
-    FAIL = "fail"  # the server refused this message for good; do not retry it
-    PAUSE = "pause"  # our configuration is wrong; stop sending, return the message uncharged
-    UNKNOWN = "unknown"  # the server may or may not have accepted it; a retry may duplicate
+from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """An :class:`Action` with a short machine-friendly reason (a metrics label)."""
+class Verdict:
+    """A :class:`~mailout.transports.base.Decision` with a short machine-friendly
+    reason (a metrics label)."""
 
-    action: Action
+    action: Decision
     reason: str
 
 
@@ -60,11 +52,11 @@ _NO_CONTACT_REASON = {
     Failure.DISCONNECT: "disconnect",
 }
 
-_SENT = Decision(Action.SENT, "accepted")
-_LOST_REPLY = Decision(Action.UNKNOWN, "lost_reply_after_data")
+_SENT = Verdict(Decision.SENT, "accepted")
+_LOST_REPLY = Verdict(Decision.UNKNOWN, "lost_reply_after_data")
 
 
-def classify(outcome: SendOutcome) -> Decision:
+def classify(outcome: SendOutcome) -> Verdict:
     """Decide what to do after one send attempt. Never raises.
 
     - accepted (no failure, and a 2yz reply or none) -> SENT "accepted";
@@ -96,45 +88,65 @@ def classify(outcome: SendOutcome) -> Decision:
         # reached the server and been queued; only the reply went missing.
         return _LOST_REPLY
     if outcome.failure is Failure.TLS:
-        return Decision(Action.PAUSE, "tls_failure")
+        return Verdict(Decision.PAUSE, "tls_failure")
     reason = _NO_CONTACT_REASON.get(outcome.failure)
     if reason is not None:
-        return Decision(Action.RETRY, reason)
+        return Verdict(Decision.RETRY, reason)
     return _unforeseen(outcome.stage)
 
 
-def _classify_reply(stage: Stage, reply: Reply) -> Decision:
+
+def to_result(outcome: SendOutcome) -> SendResult:
+    """The provider-neutral result of one SMTP exchange: its verdict, the provider's
+    id parsed from an accepting reply, and the stage and reply for the attempt log."""
+    verdict = classify(outcome)
+    reply = outcome.reply
+    provider_id = None
+    if verdict.action is Decision.SENT and reply is not None:
+        provider_id = parse_provider_id(reply.text)
+    return SendResult(
+        decision=verdict.action,
+        reason=verdict.reason,
+        provider_id=provider_id,
+        stage=outcome.stage.value,
+        code=reply.code if reply else None,
+        enhanced=reply.enhanced if reply else None,
+        text=reply.text if reply else None,
+        detail=outcome.detail or None,
+    )
+
+def _classify_reply(stage: Stage, reply: Reply) -> Verdict:
     reply_class = _reply_class(reply.code)
     enhanced = reply.enhanced or parse_enhanced_code(reply.text)
     if reply_class == smtpcodes.TRANSIENT:
         if reply.code == smtpcodes.SERVICE_NOT_AVAILABLE:
-            return Decision(Action.RETRY, "service_not_available")
+            return Verdict(Decision.RETRY, "service_not_available")
         if enhanced == smtpcodes.MAILBOX_FULL:
-            return Decision(Action.RETRY, "mailbox_full")
-        return Decision(Action.RETRY, "transient_reply")
+            return Verdict(Decision.RETRY, "mailbox_full")
+        return Verdict(Decision.RETRY, "transient_reply")
     if reply_class != smtpcodes.PERMANENT:
         return _unforeseen(stage)
     config_reason = _CONFIG_REPLIES.get(reply.code)
     if config_reason is not None:
-        return Decision(Action.PAUSE, config_reason)
+        return Verdict(Decision.PAUSE, config_reason)
     if stage in _CONNECTION_STAGES:
-        return Decision(Action.PAUSE, _REJECTED_REASON[stage])
+        return Verdict(Decision.PAUSE, _REJECTED_REASON[stage])
     if enhanced == smtpcodes.MESSAGE_TOO_BIG:
-        return Decision(Action.FAIL, "message_too_big")
+        return Verdict(Decision.FAILED, "message_too_big")
     if stage is Stage.RCPT:
-        return Decision(Action.FAIL, "recipient_rejected")
+        return Verdict(Decision.FAILED, "recipient_rejected")
     if stage is Stage.MAIL:
-        return Decision(Action.FAIL, "sender_rejected")
-    return Decision(Action.FAIL, "permanent_reply")
+        return Verdict(Decision.FAILED, "sender_rejected")
+    return Verdict(Decision.FAILED, "permanent_reply")
 
 
-def _unforeseen(stage: Stage) -> Decision:
+def _unforeseen(stage: Stage) -> Verdict:
     # An outcome the rules do not cover is most likely a transport quirk. Before
     # the final "." nothing was handed over, so a retry is safe and the attempt
     # limit still bounds it; after it, a retry could duplicate, so say UNKNOWN.
     if stage is Stage.BODY:
-        return Decision(Action.UNKNOWN, "unexpected_outcome")
-    return Decision(Action.RETRY, "unexpected_outcome")
+        return Verdict(Decision.UNKNOWN, "unexpected_outcome")
+    return Verdict(Decision.RETRY, "unexpected_outcome")
 
 
 def _reply_class(code: int) -> int | None:

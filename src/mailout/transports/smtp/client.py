@@ -1,7 +1,8 @@
 """The SMTP transport: a small pool of aiosmtplib connections that never raises.
 
-Every SMTP, network and TLS problem comes back as a :class:`SendOutcome` naming
-the :class:`Stage` where it happened. Choices worth knowing:
+:meth:`SmtpTransport.exchange` reports every SMTP, network and TLS problem as a
+:class:`SendOutcome` naming the :class:`Stage` where it happened; :meth:`~SmtpTransport.send`
+classifies it into the provider-neutral :class:`SendResult`. Choices worth knowing:
 
 * ``TlsMode.STARTTLS`` makes STARTTLS mandatory: a server that does not offer it
   gives ``Failure.TLS`` at ``Stage.STARTTLS`` (no reply). A negative reply to the
@@ -27,14 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import re
 import socket
 import ssl
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Final
 
 import aiosmtplib
@@ -46,12 +45,14 @@ from aiosmtplib.errors import (
 )
 from aiosmtplib.protocol import SMTPProtocol
 
-from mailout.transports.base import Envelope, Failure, Reply, SendOutcome, Stage
+from mailout.transports.base import CheckResult, Envelope, SendResult
 from mailout.transports.smtp import codes as smtpcodes
+from mailout.transports.smtp.classify import to_result
+from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode, client_tls_context
 
 log = logging.getLogger("mailout.transports.smtp.client")
 
-IMPLICIT_TLS_PORT: Final = 465
 QUIT_TIMEOUT: Final = 2.0  # seconds allowed for a polite QUIT when closing
 _MIN_CODE: Final = 100  # aiosmtplib reports an unparsable reply as code -1
 _ENHANCED = re.compile(r"([245])\.\d{1,3}\.\d{1,3}(?![\d.])")
@@ -59,50 +60,6 @@ _LINE_ENDINGS = re.compile(rb"\r\n|\n|\r(?!\n)")  # as aiosmtplib's protocol doe
 _LEADING_DOT = re.compile(rb"(?m)^\.")
 _TLS_STAGES: Final = (Stage.CONNECT, Stage.STARTTLS)
 _OPEN_TRANSACTION: Final = (Stage.MAIL, Stage.RCPT, Stage.DATA)  # a reply here needs RSET
-
-
-class TlsMode(enum.StrEnum):
-    """How the connection is protected."""
-
-    STARTTLS = "starttls"  # plain connect, then a mandatory STARTTLS upgrade
-    IMPLICIT = "implicit"  # TLS from the first byte (SMTPS, port 465)
-    NONE = "none"  # no TLS at all: for local relays and tests
-
-
-def default_tls_mode(port: int) -> TlsMode:
-    """The usual TLS mode for a port: implicit on 465, STARTTLS elsewhere."""
-    return TlsMode.IMPLICIT if port == IMPLICIT_TLS_PORT else TlsMode.STARTTLS
-
-
-@dataclass(frozen=True)
-class SmtpSettings:
-    """Where and how to connect. ``password`` never shows in ``repr``."""
-
-    host: str
-    port: int = 587
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    tls: TlsMode = TlsMode.STARTTLS
-    timeout: float = 30.0
-    ca_file: str | Path | None = None  # extra CA bundle to trust
-    local_hostname: str | None = None  # the EHLO name; the machine's FQDN if None
-    pool_size: int = 4
-    pipelining: bool = True  # use PIPELINING when offered; False for a server that breaks it
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tls", TlsMode(self.tls))
-        if self.pool_size < 1:
-            raise ValueError("pool_size must be at least 1")
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
-
-
-def client_tls_context(settings: SmtpSettings) -> ssl.SSLContext:
-    """A verifying client context that also trusts ``settings.ca_file``."""
-    context = ssl.create_default_context()
-    if settings.ca_file is not None:
-        context.load_verify_locations(cafile=settings.ca_file)
-    return context
 
 
 def parse_reply(code: int, text: str) -> Reply:
@@ -136,6 +93,8 @@ class _Attempt:
 class SmtpTransport:
     """A :class:`~mailout.transports.base.Transport` over SMTP, ``pool_size`` connections."""
 
+    name = "smtp"
+
     def __init__(self, settings: SmtpSettings) -> None:
         self._settings = settings
         self._tls = client_tls_context(settings) if settings.tls is not TlsMode.NONE else None
@@ -144,7 +103,16 @@ class SmtpTransport:
         self._hostname = settings.local_hostname
         self._closed = False
 
-    async def send(self, envelope: Envelope) -> SendOutcome:
+    @property
+    def settings(self) -> SmtpSettings:
+        return self._settings
+
+    async def send(self, envelope: Envelope) -> SendResult:
+        """Send ``envelope`` and classify what happened. Never raises for a delivery problem."""
+        return to_result(await self.exchange(envelope))
+
+    async def exchange(self, envelope: Envelope) -> SendOutcome:
+        """Send ``envelope``; report what happened in SMTP's terms."""
         async with self._slots:
             attempt = _Attempt()
             try:
@@ -154,6 +122,13 @@ class SmtpTransport:
                 raise
             self._release(attempt.smtp, outcome)
             return outcome
+
+    async def check(self) -> CheckResult:
+        """Connect, EHLO, STARTTLS and AUTH as configured, and say what went wrong."""
+        # Imported here: the check module builds on this one.
+        from mailout.transports.smtp.check import check_smtp
+
+        return await check_smtp(self._settings)
 
     async def close(self) -> None:
         self._closed = True
@@ -176,7 +151,7 @@ class SmtpTransport:
                                                   pooled=True):
             smtp = await self._open(attempt)
             await _transaction(smtp, envelope, attempt, pipelining)
-        return await _content(smtp, envelope.data, attempt)
+        return await _content(smtp, envelope.wire, attempt)
 
     async def _pooled(self, attempt: _Attempt) -> aiosmtplib.SMTP | None:
         """An idle connection in a clean state (RSET if needed), if there is one."""
@@ -257,11 +232,15 @@ async def check_connection(settings: SmtpSettings) -> SendOutcome:
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f<>]")
 # What each command of a transaction must get back to go on.
-_EXPECTED: Final = (
-    (Stage.MAIL, (smtpcodes.OK,)),
-    (Stage.RCPT, (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD)),
-    (Stage.DATA, (smtpcodes.START_MAIL_INPUT,)),
-)
+_MAIL_OK: Final = (Stage.MAIL, (smtpcodes.OK,))
+_RCPT_OK: Final = (Stage.RCPT, (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD))
+_DATA_OK: Final = (Stage.DATA, (smtpcodes.START_MAIL_INPUT,))
+_Expected = tuple[Stage, tuple[int, ...]]
+
+
+def _expected(recipients: int) -> list[_Expected]:
+    """The stage and accepted codes of each command: MAIL, one RCPT each, DATA."""
+    return [_MAIL_OK, *([_RCPT_OK] * recipients), _DATA_OK]
 
 
 async def _transaction(
@@ -277,18 +256,19 @@ async def _transaction(
     so the caller opens a new connection.
     """
     commands = _commands(smtp, envelope)
+    expected = _expected(len(commands) - 2)
     pipelined = pipelining and smtp.supports_extension("pipelining")
     try:
         if pipelined:
-            replies = await _pipelined(smtp, commands, attempt)
+            replies = await _pipelined(smtp, commands, expected, attempt)
         else:
-            replies = await _one_by_one(smtp, commands, attempt)
+            replies = await _one_by_one(smtp, commands, expected, attempt)
     except ConnectionError:  # e.g. the server closed it while idle, unnoticed until now
         if not (pooled and attempt.stage is Stage.MAIL):
             raise
         _discard(smtp)
         return False
-    for (stage, accepted), reply in zip(_EXPECTED, replies, strict=False):
+    for (stage, accepted), reply in zip(expected, replies, strict=False):
         if reply.code not in accepted:
             attempt.stage = stage
             if stage is not Stage.DATA and replies[-1].code == smtpcodes.START_MAIL_INPUT:
@@ -304,18 +284,22 @@ def _commands(smtp: aiosmtplib.SMTP, envelope: Envelope) -> list[bytes]:
     in profiles. Control characters and angle brackets are still refused here
     (ValueError), so nothing can smuggle in a command of its own.
     """
-    utf8 = not (envelope.mail_from.isascii() and envelope.rcpt_to.isascii())
+    recipients = envelope.recipients
+    if not recipients:
+        raise ValueError("an envelope needs at least one recipient")
+    utf8 = not (envelope.mail_from.isascii() and all(r.isascii() for r in recipients))
     options = b" SMTPUTF8" if utf8 and smtp.supports_extension("smtputf8") else b""
-    if not envelope.data.isascii() and smtp.supports_extension("8bitmime"):
+    if not envelope.wire.isascii() and smtp.supports_extension("8bitmime"):
         options += b" BODY=8BITMIME"
     charset = "utf-8" if utf8 else "ascii"
     lines = []
     for prefix, address in ((b"MAIL FROM:<", envelope.mail_from),
-                            (b"RCPT TO:<", envelope.rcpt_to)):
+                            *((b"RCPT TO:<", r) for r in recipients)):
         if _CONTROL.search(address):
             raise ValueError(f"address {address!r} has a control character")
-        lines.append(prefix + address.encode(charset) + b">")
-    return [lines[0] + options + b"\r\n", lines[1] + b"\r\n", b"DATA\r\n"]
+        lines.append(prefix + address.encode(charset) + b">\r\n")
+    lines[0] = lines[0][:-2] + options + b"\r\n"
+    return [*lines, b"DATA\r\n"]
 
 
 def _protocol(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
@@ -326,10 +310,10 @@ def _protocol(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
 
 
 async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
-                      attempt: _Attempt) -> list[SMTPResponse]:
+                      expected: list[_Expected], attempt: _Attempt) -> list[SMTPResponse]:
     """Each command after a positive reply to the one before; stops at a negative one."""
     replies: list[SMTPResponse] = []
-    for (stage, accepted), command in zip(_EXPECTED, commands, strict=True):
+    for (stage, accepted), command in zip(expected, commands, strict=True):
         attempt.stage = stage
         protocol = _protocol(smtp)
         protocol._response_pending = True  # as aiosmtplib's execute_command does
@@ -341,7 +325,7 @@ async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
 
 
 async def _pipelined(smtp: aiosmtplib.SMTP, commands: list[bytes],
-                     attempt: _Attempt) -> list[SMTPResponse]:
+                     expected: list[_Expected], attempt: _Attempt) -> list[SMTPResponse]:
     """All commands in one write, then their replies in order (RFC 2920).
 
     After a negative reply the server may close (421) or stay silent: the replies
@@ -353,7 +337,7 @@ async def _pipelined(smtp: aiosmtplib.SMTP, commands: list[bytes],
     protocol.write(b"".join(commands))
     replies: list[SMTPResponse] = []
     refused = False
-    for stage, accepted in _EXPECTED:
+    for stage, accepted in expected:
         attempt.stage = stage
         try:
             replies.append(await _next_reply(protocol))

@@ -1,0 +1,48 @@
+"""Parsers for settings given as text (environment variables, URL query values).
+
+Each parser takes the setting's name and its raw text and returns the value, or
+raises :class:`~mailout.exceptions.ConfigError` naming the setting. Shared by
+``mailout.config`` and each transport's own settings, so every setting reads alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mailout.exceptions import ConfigError
+
+Parser = Callable[[str, str], Any]
+
+
+def number(kind: type[int] | type[float], *, minimum: float, strict: bool = False) -> Parser:
+    """A parser of whole numbers (``int``) or numbers (``float``) of at least ``minimum``
+    (greater than it with ``strict``)."""
+
+    def parse(name: str, raw: str) -> Any:
+        try:
+            value = kind(raw)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise ConfigError(name, f"must be {noun}, got {raw!r}") from None
+        if value < minimum or (strict and value == minimum):
+            bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+            raise ConfigError(name, f"must be {bound}, got {raw}")
+        return value
+
+    return parse
+
+
+def text(name: str, raw: str) -> str:
+    """Any text, as given."""
+    return raw
+
+
+def boolean(name: str, raw: str) -> bool:
+    """true/false, yes/no, on/off or 1/0, in any case."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, f"must be true or false, got {raw!r}")

@@ -1,0 +1,81 @@
+"""An in-memory transport for tests: keeps what it is given, answers what it is told.
+
+``MemoryTransport`` records every envelope it accepts in :attr:`~MemoryTransport.outbox`
+and answers :class:`~mailout.transports.base.Decision.SENT` with a fresh provider id,
+unless a script says otherwise: :meth:`~MemoryTransport.script` queues results to
+return, one per send, before falling back to sent. So a test can make the fourth send
+a 4yz-like retry, or every send a configuration error, without a server.
+
+Chosen with ``MAILOUT_TRANSPORT=memory://``. The outbox lives in the process that
+sends: use it with an in-process worker (``mailout.testing``), not ``mailout worker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+
+from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
+
+_ids = itertools.count(1)
+
+
+class MemoryTransport:
+    """Keeps sent envelopes in memory; answers from a script, else "sent"."""
+
+    name = "memory"
+
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.outbox: list[Envelope] = []
+        self.attempts: list[tuple[Envelope, SendResult]] = []
+        self._script: deque[SendResult] = deque()
+        self._always: SendResult | None = None
+        self._delay = delay
+        self._closed = False
+
+    def script(self, *results: SendResult | Decision) -> None:
+        """Queue results for the next sends, in order. A bare Decision gets a plain reason."""
+        self._script.extend(_as_result(item) for item in results)
+
+    def answer_always(self, result: SendResult | Decision | None) -> None:
+        """Answer every send after the script with ``result``; None goes back to "sent"."""
+        self._always = None if result is None else _as_result(result)
+
+    def reset(self) -> None:
+        """Forget the script, the standing answer and everything sent."""
+        self._script.clear()
+        self._always = None
+        self.outbox.clear()
+        self.attempts.clear()
+
+    async def send(self, envelope: Envelope) -> SendResult:
+        if self._delay:
+            await asyncio.sleep(self._delay)
+        result = self._script.popleft() if self._script else (self._always or self._sent())
+        if result.decision in (Decision.SENT, Decision.UNKNOWN):
+            # An unknown outcome is one the provider may have accepted: keep it, so a
+            # test can count the duplicates a resend produces.
+            envelope.wire  # noqa: B018 (built now, as a real transport would, so errors show)
+            self.outbox.append(envelope)
+        self.attempts.append((envelope, result))
+        return result
+
+    async def check(self) -> CheckResult:
+        return CheckResult(True, "memory transport: nothing to check")
+
+    async def close(self) -> None:
+        self._closed = True
+
+    @staticmethod
+    def _sent() -> SendResult:
+        return SendResult(Decision.SENT, reason="accepted", provider_id=f"memory-{next(_ids)}")
+
+    def sent_to(self, address: str) -> list[Envelope]:
+        """The envelopes kept for ``address`` (any of to, cc or bcc)."""
+        return [e for e in self.outbox if address in e.recipients]
+
+
+
+def _as_result(item: SendResult | Decision) -> SendResult:
+    return item if isinstance(item, SendResult) else SendResult(item, f"scripted_{item.value}")

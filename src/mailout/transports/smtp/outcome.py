@@ -1,0 +1,64 @@
+"""What happened in one SMTP exchange, in SMTP's own terms.
+
+The client reports a :class:`SendOutcome`: the :class:`Stage` it got to, the
+server's :class:`Reply` and, when it did not end in a positive reply, the kind of
+:class:`Failure`. :mod:`mailout.transports.smtp.classify` turns it into the
+provider-neutral :class:`~mailout.transports.base.SendResult`. Nothing outside this
+package sees these types.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Stage(enum.StrEnum):
+    """Where in the SMTP dialogue an outcome happened."""
+
+    CONNECT = "connect"  # TCP connect, implicit TLS handshake, or the 220 greeting
+    EHLO = "ehlo"
+    STARTTLS = "starttls"
+    AUTH = "auth"
+    MAIL = "mail"  # MAIL FROM
+    RCPT = "rcpt"  # RCPT TO
+    DATA = "data"  # the DATA command, before the server's 354
+    BODY = "body"  # the content and the final ".", up to the server's reply
+
+
+class Failure(enum.StrEnum):
+    """Why a send did not get a positive reply."""
+
+    REPLY = "reply"  # the server answered with a negative reply code
+    REFUSED = "refused"  # connection refused or reset while connecting
+    DNS = "dns"  # the host name did not resolve
+    TIMEOUT = "timeout"  # no answer within the timeout
+    DISCONNECT = "disconnect"  # the connection dropped
+    TLS = "tls"  # certificate verification or TLS handshake failed
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One SMTP reply: the code, the enhanced status code if any, and its text."""
+
+    code: int
+    text: str
+    enhanced: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendOutcome:
+    """The result of one attempt to hand a message to the server.
+
+    ``failure`` is None when the server accepted the message; ``reply`` then
+    holds its final 2yz reply.
+    """
+
+    stage: Stage
+    reply: Reply | None = None
+    failure: Failure | None = None
+    detail: str = ""  # a short description of a non-reply failure, never a secret
+
+    @property
+    def accepted(self) -> bool:
+        return self.failure is None

@@ -1,0 +1,145 @@
+"""SMTP settings: where and how to connect, from ``SMTP_*`` variables or a URL.
+
+``MAILOUT_TRANSPORT=smtp://user:pass@host:587`` (STARTTLS required),
+``smtps://user:pass@host:465`` (implicit TLS) or, when ``MAILOUT_TRANSPORT`` is unset,
+the ``SMTP_HOST``, ``SMTP_PORT``, ``SMTP_USER``, ``SMTP_PASS``, ``SMTP_TLS``,
+``SMTP_TIMEOUT``, ``SMTP_CA_FILE``, ``SMTP_POOL_SIZE`` and ``SMTP_PIPELINING``
+variables. In a URL, the user and password are percent-decoded and the other
+settings are query parameters named like the variables without ``SMTP_``
+(``?tls=none&timeout=10&pool_size=4&pipelining=false&ca_file=/path``); a variable
+that is set fills in what the URL leaves out. Bad values raise ConfigError naming
+the setting.
+"""
+
+from __future__ import annotations
+
+import enum
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from mailout import envparse
+from mailout.exceptions import ConfigError
+
+IMPLICIT_TLS_PORT: Final = 465
+DEFAULT_PORT: Final = 587
+
+
+class TlsMode(enum.StrEnum):
+    """How the connection is protected."""
+
+    STARTTLS = "starttls"  # plain connect, then a mandatory STARTTLS upgrade
+    IMPLICIT = "implicit"  # TLS from the first byte (SMTPS, port 465)
+    NONE = "none"  # no TLS at all: for local relays and tests
+
+
+def default_tls_mode(port: int) -> TlsMode:
+    """The usual TLS mode for a port: implicit on 465, STARTTLS elsewhere."""
+    return TlsMode.IMPLICIT if port == IMPLICIT_TLS_PORT else TlsMode.STARTTLS
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    """Where and how to connect. ``password`` never shows in ``repr``."""
+
+    host: str
+    port: int = 587
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: TlsMode = TlsMode.STARTTLS
+    timeout: float = 30.0
+    ca_file: str | Path | None = None  # extra CA bundle to trust
+    local_hostname: str | None = None  # the EHLO name; the machine's FQDN if None
+    pool_size: int = 4
+    pipelining: bool = True  # use PIPELINING when offered; False for a server that breaks it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tls", TlsMode(self.tls))
+        if self.pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+
+
+def client_tls_context(settings: SmtpSettings) -> ssl.SSLContext:
+    """A verifying client context that also trusts ``settings.ca_file``."""
+    context = ssl.create_default_context()
+    if settings.ca_file is not None:
+        context.load_verify_locations(cafile=settings.ca_file)
+    return context
+
+
+def _tls(name: str, raw: str) -> TlsMode:
+    try:
+        return TlsMode(raw.lower())
+    except ValueError:
+        choices = ", ".join(m.value for m in TlsMode)
+        raise ConfigError(name, f"must be one of {choices}, got {raw!r}") from None
+
+
+# setting -> (environment variable, URL query name, parser)
+_VARIABLES: Final[dict[str, tuple[str, str, envparse.Parser]]] = {
+    "host": ("SMTP_HOST", "host", envparse.text),
+    "port": ("SMTP_PORT", "port", envparse.number(int, minimum=1)),
+    "username": ("SMTP_USER", "user", envparse.text),
+    "password": ("SMTP_PASS", "pass", envparse.text),
+    "tls": ("SMTP_TLS", "tls", _tls),
+    "timeout": ("SMTP_TIMEOUT", "timeout", envparse.number(float, minimum=0, strict=True)),
+    "ca_file": ("SMTP_CA_FILE", "ca_file", envparse.text),
+    "pool_size": ("SMTP_POOL_SIZE", "pool_size", envparse.number(int, minimum=1)),
+    "pipelining": ("SMTP_PIPELINING", "pipelining", envparse.boolean),
+}
+_QUERY_NAMES: Final = frozenset(v[1] for v in _VARIABLES.values()) - {"host", "port", "user",
+                                                                     "pass"}
+
+
+def from_env(env: Mapping[str, str], *, pool_size: int,
+             given: Mapping[str, Any] | None = None) -> SmtpSettings:
+    """Settings from ``given`` (already parsed, e.g. from a URL), then the ``SMTP_*``
+    variables, then the defaults. ``pool_size`` applies when neither sets one."""
+    values: dict[str, Any] = dict(given or {})
+    for setting, (var, _, parse) in _VARIABLES.items():
+        raw = env.get(var)
+        if setting not in values and raw not in (None, ""):
+            values[setting] = parse(var, raw)
+    values.setdefault("host", "localhost")
+    values.setdefault("port", DEFAULT_PORT)
+    values.setdefault("tls", default_tls_mode(values["port"]))
+    values.setdefault("pool_size", pool_size)
+    return SmtpSettings(**values)
+
+
+def from_url(url: str, env: Mapping[str, str], *, pool_size: int,
+             setting: str = "MAILOUT_TRANSPORT") -> SmtpSettings:
+    """Settings from an ``smtp://`` or ``smtps://`` URL (see the module docstring)."""
+    parts = urlsplit(url)
+    implicit = parts.scheme == "smtps"
+    given: dict[str, Any] = {}
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(setting, "has a port that is not a number from 1 to 65535") from None
+    if parts.hostname:
+        given["host"] = parts.hostname
+    if port is not None:
+        given["port"] = port
+    elif implicit:
+        given["port"] = IMPLICIT_TLS_PORT
+    if parts.username:
+        given["username"] = unquote(parts.username)
+    if parts.password is not None:
+        given["password"] = unquote(parts.password)
+    for key, raw in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in _QUERY_NAMES:
+            known = ", ".join(sorted(_QUERY_NAMES))
+            raise ConfigError(setting, f"has an unknown parameter {key!r} (known: {known})")
+        name = next(s for s, v in _VARIABLES.items() if v[1] == key)
+        given[name] = _VARIABLES[name][2](f"{setting} ?{key}", raw)
+    if implicit:
+        if given.get("tls", TlsMode.IMPLICIT) is not TlsMode.IMPLICIT:
+            raise ConfigError(setting, "smtps:// means implicit TLS; use smtp:// with ?tls=")
+        given["tls"] = TlsMode.IMPLICIT
+    return from_env(env, pool_size=pool_size, given=given)
