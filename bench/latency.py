@@ -26,7 +26,7 @@ from sqlalchemy import Engine, func, select
 
 from bench.common import scratch_database, smtp_sink
 from mailout import db
-from mailout.db import leasing
+from mailout.db import pauses
 from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
 
@@ -37,7 +37,7 @@ LANES = "critical:4,bulk:16"
 def fill_bulk(engine: Engine, n: int, tag: str) -> None:
     """Enqueue the backlog with the bulk queue paused, so the drain is timed alone."""
     with engine.begin() as conn:
-        leasing.set_pause(conn, "queue", "bulk", "benchmark fill")
+        pauses.set_pause(conn, "queue", "bulk", "benchmark fill")
     for start in range(0, n, 5000):
         batch = [Message(to=f"news{i}@example.com", subject="Our newsletter",
                          text="Hello " * 300, key=f"{tag}-{i}", queue="bulk")
@@ -49,7 +49,7 @@ def fill_bulk(engine: Engine, n: int, tag: str) -> None:
 
 def release_bulk(engine: Engine) -> None:
     with engine.begin() as conn:
-        leasing.clear_pause(conn, "queue", "bulk")
+        pauses.clear_pause(conn, "queue", "bulk")
 
 
 def start_worker(url: str, port: int) -> subprocess.Popen[bytes]:

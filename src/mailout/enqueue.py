@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 from mailout import validate
 from mailout.db import inserts
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
-from mailout.guards import template_schema
 from mailout.models import EnqueueResult
 from mailout.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.policy import QueuePolicy, RetryPolicy, parse_queue_policies
+from mailout.templates import template_schema
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession

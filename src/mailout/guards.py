@@ -21,10 +21,8 @@ Just before sending, a worker asks, in this order:
 from __future__ import annotations
 
 import importlib
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -123,30 +121,6 @@ def load_registry(spec: str | None, setting: str) -> dict[str, Callable[..., Any
     if not isinstance(registry, Mapping) or not all(callable(v) for v in registry.values()):
         raise ConfigError(setting, f"{spec!r} must be a mapping of template names to callables")
     return dict(registry)
-
-
-def template_schema(templates_dir: Path, template: str) -> int | None:
-    """The ``schema`` declared in ``<template>/meta.toml``, or None."""
-    meta = templates_dir / template / "meta.toml"
-    if not meta.is_file():
-        return None
-    try:
-        value = tomllib.loads(meta.read_text(encoding="utf-8")).get("schema")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def known_schemas(templates_dir: Path) -> dict[str, int]:
-    """Every template's declared schema version, read once at worker start."""
-    if not templates_dir.is_dir():
-        return {}
-    found = {}
-    for folder in templates_dir.iterdir():
-        version = template_schema(templates_dir, folder.name)
-        if version is not None:
-            found[folder.name] = version
-    return found
 
 
 def parse_domains(raw: str | None) -> frozenset[str] | None:

@@ -34,10 +34,11 @@ import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from mailout.exceptions import ConfigError
+from mailout.timeutil import aware
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,27 +155,20 @@ def after_transient_failure(
         return GiveUp("expired")
     delay = backoff_delay(policy, attempts, rng)
     if expires_at is not None:
-        left = (_as_utc(expires_at) - _as_utc(now)).total_seconds()
+        left = (aware(expires_at) - aware(now)).total_seconds()
         delay = min(delay, max(left - policy.min_seconds, left / 2))
     return Reschedule(delay)
 
 
 def is_expired(now: datetime, expires_at: datetime | None) -> bool:
     """True when ``expires_at`` is set and ``now`` has reached it. Naive means UTC."""
-    return expires_at is not None and _as_utc(now) >= _as_utc(expires_at)
-
-
-def _as_utc(moment: datetime) -> datetime:
-    # The database hands back naive UTC timestamps on some backends and aware ones
-    # on others; comparing the two kinds directly raises TypeError.
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    return expires_at is not None and aware(now) >= aware(expires_at)
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,11 +220,30 @@ def parse_lanes(spec: str, setting: str = "MAILOUT_LANES") -> list[Lane]:
     return lanes
 
 
-def parse_duration(text: str, setting: str) -> float:
-    match = _DURATION.fullmatch(text.strip())
-    if not match:
-        raise ConfigError(setting, f"{text!r} is not a duration like 30s, 15m, 2h or 3d")
-    return float(match.group(1)) * _UNIT[match.group(2)]
+def duration_seconds(text: str, *, bare_seconds: bool) -> float:
+    """The one duration grammar: ``45s``, ``15m``, ``12h``, ``30d``, ``2w`` or a sum
+    such as ``1h30m`` (any case, surrounding space ignored), in seconds.
+
+    A bare number means seconds where ``bare_seconds`` allows it (settings, where
+    that is the documented unit) and is refused elsewhere (the CLI's ``--older-than``:
+    "30" could mean seconds or days, and guessing wrong there deletes data).
+    Raises ValueError saying which forms are accepted.
+    """
+    raw = text.strip().lower()
+    if bare_seconds and _BARE_NUMBER.fullmatch(raw):
+        return float(raw)
+    parts = _DURATION_PART.findall(raw)
+    if not raw or "".join(n + u for n, u in parts) != raw:
+        raise ValueError(f"{text!r} is not a duration: use e.g. 45s, 15m, 12h, 30d or 1h30m")
+    return float(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def setting_seconds(text: str, setting: str) -> float:
+    """A duration setting in seconds (bare numbers are seconds); ConfigError naming it."""
+    try:
+        return duration_seconds(text, bare_seconds=True)
+    except ValueError as exc:
+        raise ConfigError(setting, str(exc)) from None
 
 
 def parse_queue_policies(
@@ -268,7 +281,7 @@ def _apply(policy: QueuePolicy, body: str, where: str) -> QueuePolicy:
         if not eq:
             raise ConfigError(where, f"{item!r} should be key=value")
         if key == "max_age":
-            policy = replace(policy, max_age_seconds=parse_duration(value, where))
+            policy = replace(policy, max_age_seconds=setting_seconds(value, where))
         elif key == "rate":
             policy = replace(policy, rate_per_second=_positive(value, where, key))
         elif key == "max_attempts":
@@ -277,7 +290,7 @@ def _apply(policy: QueuePolicy, body: str, where: str) -> QueuePolicy:
             retry["max_attempts"] = int(value)
         elif key in ("retry_base", "retry_cap"):
             field = "base_seconds" if key == "retry_base" else "cap_seconds"
-            retry[field] = parse_duration(value, where)
+            retry[field] = setting_seconds(value, where)
         else:
             raise ConfigError(where, f"unknown setting {key!r} (max_age, max_attempts, "
                               "retry_base, retry_cap, rate)")

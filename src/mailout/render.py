@@ -29,14 +29,9 @@ import jinja2
 from mailout import mime
 from mailout.exceptions import RenderError
 from mailout.models import ClaimedMessage, Mailbox
+from mailout.templates import HTML_FILE, SUBJECT_FILE, TEXT_FILE, validate_template_name
 from mailout.transports.base import Envelope
 
-SUBJECT_FILE = "subject.txt"
-TEXT_FILE = "text.txt"
-HTML_FILE = "html.html"
-
-_TEMPLATE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_MAX_TEMPLATE_NAME = 100
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII but ":"
 # Headers the renderer owns; extras may not set them (Content-* too, by prefix).
 _OWN_HEADERS = frozenset({"message-id", "date", "from", "to", "subject", "mime-version"})
@@ -65,31 +60,6 @@ _TEMPLATE_DATA_ERRORS = (
     LookupError,
     AttributeError,
 )
-
-
-def validate_template_name(name: str) -> None:
-    """Raise ValueError unless ``name`` is a safe template folder name.
-
-    Allowed: 1-100 characters from ``[A-Za-z0-9_.-]``, not starting with a dot,
-    never containing "..". So no path separators, no way out of the folder.
-    """
-    if not isinstance(name, str) or not name or len(name) > _MAX_TEMPLATE_NAME:
-        raise ValueError(f"template name must be 1-{_MAX_TEMPLATE_NAME} characters: {name!r}")
-    if ".." in name or not _TEMPLATE_NAME_RE.fullmatch(name):
-        raise ValueError(
-            f"bad template name {name!r}: use letters, digits, '_', '.' and '-', "
-            "with no leading dot and no '..'"
-        )
-
-
-def template_exists(templates_dir: Path, name: str) -> bool:
-    """True when ``name`` is a valid name whose folder has subject.txt and text.txt."""
-    try:
-        validate_template_name(name)
-    except ValueError:
-        return False
-    folder = templates_dir / name
-    return (folder / SUBJECT_FILE).is_file() and (folder / TEXT_FILE).is_file()
 
 
 class Renderer:

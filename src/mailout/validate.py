@@ -19,7 +19,7 @@ from email_validator import EmailNotValidError, validate_email
 from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES, DOT_ATOM_TEXT
 
 from mailout.exceptions import InvalidMessage
-from mailout.render import template_exists, validate_template_name
+from mailout.templates import template_exists, validate_template_name
 
 KEY_MAX = 255
 QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert, select, update
 
-from mailout.db import leasing
+from mailout.db import pauses
 from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
 from tests.support.app_checks import app, campaigns, users
@@ -144,7 +144,7 @@ def test_pause_and_resume_apply_to_every_worker_process(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:
     with engine.begin() as conn:
-        leasing.set_pause(conn, "queue", "bulk", "provider asked us to slow down")
+        pauses.set_pause(conn, "queue", "bulk", "provider asked us to slow down")
         for i in range(10):
             enqueue(conn, to=f"u{i}@example.com", subject="News", text="x", queue="bulk",
                     settings=EnqueueSettings(message_id_domain="x.example.com"))
@@ -160,7 +160,7 @@ def test_pause_and_resume_apply_to_every_worker_process(
             waiting = conn.execute(select(messages.c.status).where(messages.c.queue == "bulk"))
             assert set(waiting.scalars()) == {"pending"}  # paused: neither failed nor dropped
         with engine.begin() as conn:
-            assert leasing.clear_pause(conn, "queue", "bulk")
+            assert pauses.clear_pause(conn, "queue", "bulk")
         smtp_server.wait_for_messages(11, timeout=15)
     finally:
         for p in procs:

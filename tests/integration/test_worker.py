@@ -186,7 +186,7 @@ def test_bad_credentials_pause_sending_without_failing_anything(
         stored = await asyncio.to_thread(rows, engine)
         assert {r["status"] for r in stored.values()} == {"pending"}
         assert all(r["attempts"] == 0 for r in stored.values())  # not charged
-        assert worker.gate.paused
+        assert worker.breaker.paused
         # The operator fixes the credentials (here: the server accepts them now).
         auth_smtp_server.auth = ("mailer", "wrong-password")
         deadline = time.monotonic() + 10

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from mailout.cli import display
-from mailout.cli.main import idempotency_window, parse_duration, parse_moment
+from mailout.cli.common import parse_moment, parse_span
+from mailout.cli.main import idempotency_window
 from mailout.exceptions import ConfigError
 
 
@@ -27,13 +28,13 @@ from mailout.exceptions import ConfigError
     ],
 )
 def test_durations(text: str, expected: timedelta) -> None:
-    assert parse_duration(text) == expected
+    assert parse_span(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "30", "d", "30x", "-1d", "1 d", "1h 30m", "h1", "1d2"])
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
-        parse_duration(text)
+        parse_span(text)
 
 
 def test_moments_default_to_utc_and_convert_zones() -> None:

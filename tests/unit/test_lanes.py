@@ -9,10 +9,10 @@ from mailout.policy import (
     Lane,
     QueuePolicy,
     RetryPolicy,
-    parse_duration,
     parse_lanes,
     parse_queue_policies,
     policy_for,
+    setting_seconds,
 )
 from mailout.worker.ratelimit import TokenBucket
 
@@ -74,9 +74,15 @@ def test_bad_policies_are_refused(spec: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30", 30), ("30s", 30), ("15m", 900),
-                                               ("2h", 7200), ("3d", 259200), ("1.5m", 90)])
+                                               ("2h", 7200), ("3d", 259200), ("1.5m", 90),
+                                               ("1h30m", 5400), ("2w", 1209600)])
 def test_durations(text: str, seconds: float) -> None:
-    assert parse_duration(text, "X") == seconds
+    assert setting_seconds(text, "X") == seconds
+
+
+def test_a_bad_duration_setting_names_the_setting() -> None:
+    with pytest.raises(ConfigError, match="X: '30x' is not a duration"):
+        setting_seconds("30x", "X")
 
 
 def test_token_bucket_paces_after_its_burst() -> None:

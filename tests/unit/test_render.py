@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from mailout.exceptions import RenderError
 from mailout.models import ClaimedMessage, Mailbox
-from mailout.render import Renderer, template_exists, validate_template_name
+from mailout.render import Renderer
+from mailout.templates import template_exists, validate_template_name
 from mailout.transports.base import Envelope
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -11,74 +11,21 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import click
-from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
-from mailout.cli import display, rollout
+from mailout.cli import common, display, rollout
+from mailout.cli.common import DB_HELP, DEFAULT_WINDOW, PURGE_BATCH, WINDOW_ENV
 from mailout.db import admin
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.logs import configure_logging
 from mailout.models import Status
-
-DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
-WINDOW_ENV = "MAILOUT_IDEMPOTENCY_WINDOW"
-DEFAULT_WINDOW = "30d"
-PURGE_BATCH = 1000
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_FINAL = ("sent", "failed", "dead", "cancelled")
-
-
-def parse_duration(text: str) -> timedelta:
-    """``45s``, ``15m``, ``12h``, ``30d``, ``2w`` or a sum such as ``1h30m``.
-
-    Raises ValueError for anything else, including a bare number: "30" could mean
-    seconds or days, and guessing wrong here deletes data.
-    """
-    raw = text.strip().lower()
-    parts = _DURATION.findall(raw)
-    if not raw or "".join(n + u for n, u in parts) != raw:
-        raise ValueError(f"{text!r} is not a duration: use e.g. 45s, 15m, 12h, 30d or 1h30m")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
-
-
-def parse_moment(text: str) -> datetime:
-    """An ISO 8601 date or date-time; without a zone it is UTC. Raises ValueError."""
-    moment = datetime.fromisoformat(text.strip())
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _duration_option(ctx: click.Context, param: click.Parameter,
-                     value: str | None) -> timedelta | None:
-    try:
-        return None if value is None else parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def _since_option(ctx: click.Context, param: click.Parameter,
-                  value: str | None) -> timedelta | datetime | None:
-    """A span back from now (``1h``) or an ISO moment (``2024-05-01T12:00``)."""
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError:
-        pass
-    try:
-        return parse_moment(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither a duration (1h, 30m) nor an ISO "
-                                 "date-time", ctx, param) from None
-
 
 # -- commands ----------------------------------------------------------------
 
@@ -96,13 +43,6 @@ def cli(ctx: click.Context, db_url: str | None, verbose: int) -> None:
     ctx.obj = {"db_url": db_url}
 
 
-def _engine(obj: dict[str, Any]) -> Engine:
-    """The engine for ``--db``, checked to be migrated (SchemaMissing otherwise)."""
-    engine = db.make_engine(obj["db_url"])
-    db.require_schema(engine)
-    return engine
-
-
 @cli.group("db")
 def db_group() -> None:
     """Database schema: apply or print the migrations."""
@@ -112,7 +52,7 @@ def db_group() -> None:
 @click.pass_obj
 def db_upgrade(obj: dict[str, Any]) -> None:
     """Apply the migrations (idempotent)."""
-    engine = db.make_engine(obj["db_url"])
+    engine = db.makecommon.engine_for(obj["db_url"])
     db.upgrade(engine)
     click.echo(f"database at revision {db.current_revision(engine)}")
 
@@ -211,10 +151,10 @@ def enqueue_cmd(obj: dict[str, Any], to: str, template: str | None, params: str 
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--params") from None
     try:
-        when_ = parse_moment(send_at) if send_at else None
+        when_ = common.parse_moment(send_at) if send_at else None
     except ValueError:
         raise click.BadParameter("not an ISO 8601 date-time", param_hint="--send-at") from None
-    engine = _engine(obj)
+    engine = common.engine_for(obj)
     try:
         with engine.begin() as conn:
             result = enqueue(conn, to=to, template=template, params=parsed, subject=subject,
@@ -238,11 +178,11 @@ def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
     oldest due message and how late it is; the retrying, dead and unknown-outcome
     numbers; the time of the last send.
     """
-    from mailout.db import leasing
+    from mailout.db import pauses
 
-    with _engine(obj).connect() as conn:
+    with common.engine_for(obj).connect() as conn:
         report = admin.status(conn)
-        paused = leasing.list_pauses(conn)
+        paused = pauses.list_pauses(conn)
     if as_json:
         doc = display.jsonable(report)
         doc["paused"] = display.jsonable(paused)
@@ -261,7 +201,7 @@ def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
               "sent, failed, dead, cancelled, unknown.")
 @click.option("--queue", help="Only this queue.")
 @click.option("--template", help="Only this template.")
-@click.option("--since", callback=_since_option, metavar="SPAN|ISO",
+@click.option("--since", callback=common.since_option, metavar="SPAN|ISO",
               help="Created since: 1h, 2d or an ISO date-time.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -271,7 +211,7 @@ def list_cmd(obj: dict[str, Any], statuses: str | None, queue: str | None,
              as_json: bool) -> None:
     """List messages, newest first."""
     wanted = _statuses(statuses, "--status", allowed=Status) if statuses else []
-    with _engine(obj).connect() as conn:
+    with common.engine_for(obj).connect() as conn:
         rows = admin.list_messages(conn, statuses=wanted, queue=queue, template=template,
                                      since=since, limit=limit)
     if as_json:
@@ -307,7 +247,7 @@ def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     ID_OR_KEY is a row id or an idempotency key (a Message-ID or provider id works
     too). The message's params and body are never shown.
     """
-    with _engine(obj).connect() as conn:
+    with common.engine_for(obj).connect() as conn:
         msg, _how = _find(conn, ref)
         log = admin.attempt_log(conn, msg.id)
     if as_json:
@@ -327,7 +267,7 @@ def trace_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     id or a row id. Prints all of them with the created, first attempt, sent and
     finished times.
     """
-    with _engine(obj).connect() as conn:
+    with common.engine_for(obj).connect() as conn:
         msg, how = _find(conn, ref)
     doc = display.trace_doc(msg, how)
     if as_json:
@@ -374,7 +314,7 @@ def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
         raise click.UsageError("give message ids or --status, not both and not neither")
     if ids and (queue or template):
         raise click.UsageError("--queue and --template filter --status, not ids")
-    engine = _engine(obj)
+    engine = common.engine_for(obj)
     if status:
         with engine.connect() as conn:
             ids = tuple(admin.retryable_ids(conn, status, queue=queue, template=template))
@@ -396,7 +336,7 @@ def cancel_cmd(obj: dict[str, Any], ids: tuple[int, ...]) -> None:
     Pending rows become cancelled (reason "operator"); rows in any other status are
     reported and left alone.
     """
-    with _engine(obj).begin() as conn:
+    with common.engine_for(obj).begin() as conn:
         change = admin.cancel(conn, ids)
     _report(change, "cancelled")
 
@@ -405,15 +345,15 @@ def idempotency_window() -> timedelta:
     """MAILOUT_IDEMPOTENCY_WINDOW (default 30d): how long keys must stay to deduplicate."""
     raw = os.environ.get(WINDOW_ENV) or DEFAULT_WINDOW
     try:
-        return parse_duration(raw)
+        return common.parse_span(raw)
     except ValueError as exc:
         raise ConfigError(WINDOW_ENV, str(exc)) from None
 
 
 @cli.command("purge")
-@click.option("--older-than", required=True, callback=_duration_option, metavar="DURATION",
+@click.option("--older-than", required=True, callback=common.span_option, metavar="DURATION",
               help="Delete rows finished longer ago than this (30d, 12h...).")
-@click.option("--status", "statuses", default=",".join(_FINAL), show_default=True,
+@click.option("--status", "statuses", default=",".join(common.FINAL_STATUSES), show_default=True,
               help="Comma-separated final statuses to delete.")
 @click.option("--force", is_flag=True, help="Allow a cutoff inside the idempotency window.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -436,7 +376,7 @@ def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: 
             "with it, so the same event could be enqueued, and sent, again. Pass --force if "
             "that is acceptable."
         )
-    engine = _engine(obj)
+    engine = common.engine_for(obj)
     with engine.connect() as conn:
         n = admin.count_purgeable(conn, older_than, chosen)
     if n == 0:
@@ -467,7 +407,7 @@ def check_cmd(obj: dict[str, Any]) -> None:
 
     settings = config.load(database_url=obj["db_url"])
     results = [preflight.check_database(settings.database_url),
-               preflight.check_transport(settings.transport.build(1))]
+               preflight.check_transport(settings.transport)]
     for ok, line in results:
         click.echo(("ok     " if ok else "FAILED ") + line)
     if not all(ok for ok, _ in results):

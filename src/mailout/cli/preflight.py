@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
 from mailout.exceptions import MailoutError
-from mailout.transports.base import Transport
+from mailout.transports.url import TransportSpec
 
 Verdict = tuple[bool, str]
 
@@ -41,8 +41,13 @@ def check_database(url: str | None) -> Verdict:
         engine.dispose()
 
 
-def check_transport(transport: Transport) -> Verdict:
-    """Ask the transport to check its connection and credentials; send nothing."""
+def check_transport(spec: TransportSpec) -> Verdict:
+    """Build the transport and ask it to check its connection and credentials; send
+    nothing. A transport that cannot even be built (an unreadable CA file...) fails."""
+    try:
+        transport = spec.build(1)
+    except (OSError, ValueError) as exc:
+        return False, f"{spec.name} transport {spec.shown}: cannot be set up: {exc}"
 
     async def run() -> Verdict:
         try:

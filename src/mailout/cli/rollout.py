@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from mailout.cli import display
-from mailout.db import admin, leasing, stats
+from mailout.cli import common, display
+from mailout.db import admin, pauses, stats
 
 
 def _target(queue: str | None, template: str | None) -> tuple[str, str]:
@@ -28,11 +28,10 @@ def pause_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
     Paused mail stays pending: it is neither failed nor dropped, and goes out after
     `mailout resume`. The switch lives in the database, so no redeploy is needed.
     """
-    from mailout.cli.main import _engine
 
     kind, name = _target(queue, template)
-    with _engine(obj).begin() as conn:
-        changed = leasing.set_pause(conn, kind, name, reason)
+    with common.engine_for(obj).begin() as conn:
+        changed = pauses.set_pause(conn, kind, name, reason)
     click.echo(f"{kind} {name} {'paused' if changed else 'was already paused'}")
 
 
@@ -42,11 +41,10 @@ def pause_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
 @click.pass_obj
 def resume_cmd(obj: dict[str, Any], queue: str | None, template: str | None) -> None:
     """Undo `mailout pause`: workers pick the mail up within seconds."""
-    from mailout.cli.main import _engine
 
     kind, name = _target(queue, template)
-    with _engine(obj).begin() as conn:
-        changed = leasing.clear_pause(conn, kind, name)
+    with common.engine_for(obj).begin() as conn:
+        changed = pauses.clear_pause(conn, kind, name)
     click.echo(f"{kind} {name} {'resumed' if changed else 'was not paused'}")
 
 
@@ -65,16 +63,15 @@ def resolve_cmd(obj: dict[str, Any], ids: tuple[int, ...], as_sent: bool, as_ret
     Look the Message-ID up in the provider's logs first (`mailout show ID`). Only
     rows in status unknown are changed; others are reported as skipped.
     """
-    from mailout.cli.main import _engine
 
     if as_sent == as_retry:
         raise click.UsageError("give exactly one of --sent or --retry")
     wanted = list(ids)
-    with _engine(obj).begin() as conn:
+    with common.engine_for(obj).begin() as conn:
         if as_sent:
-            done = stats.mark_sent(conn, wanted, provider_id)
+            done = admin.mark_sent(conn, wanted, provider_id)
         else:
-            unknown = stats.unknown_ids(conn, wanted)
+            unknown = admin.unknown_ids(conn, wanted)
             done = sorted(admin.requeue(conn, unknown).changed)
     skipped = [i for i in wanted if i not in done]
     verb = "marked sent" if as_sent else "requeued"
@@ -93,13 +90,12 @@ def report_cmd(obj: dict[str, Any], since: str, as_json: bool) -> None:
 
     Compare these counts with your business events during a rollout.
     """
-    from mailout.cli.main import _engine, parse_duration
 
     try:
-        span = parse_duration(since)
+        span = common.parse_span(since)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
-    with _engine(obj).connect() as conn:
+    with common.engine_for(obj).connect() as conn:
         rows = stats.rollout_report(conn, span)
     if as_json:
         click.echo(display.to_json(rows))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db.schema import attempts, db_now, db_now_plus, messages
 from mailout.models import FINAL_STATUSES, Outcome, Status
+from mailout.timeutil import aware
 
 # Statuses an operator may send back to pending after reviewing them.
 RETRYABLE = frozenset({Status.DEAD, Status.FAILED, Status.UNKNOWN, Status.CANCELLED})
@@ -126,16 +127,9 @@ class Change:
     skipped: dict[int, str]  # id -> its current status, or "not found"
 
 
-def aware(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; every stored time is UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def _utc(value: datetime) -> datetime:
     # SQLite's DateTime binding drops the zone: convert first so the digits are UTC.
-    return (aware(value) or value).astimezone(UTC)
+    return aware(value)
 
 
 def _seconds_between(later: datetime | None, earlier: datetime | None) -> float | None:
@@ -423,3 +417,24 @@ def purge(
     n_attempts = conn.execute(delete(attempts).where(attempts.c.outbox_id.in_(ids))).rowcount
     n_messages = conn.execute(delete(messages).where(messages.c.id.in_(ids))).rowcount
     return n_messages, n_attempts
+
+
+def mark_sent(conn: Connection, ids: list[int], provider_id: str | None) -> list[int]:
+    """Settle parked ``unknown`` rows as sent (the operator confirmed delivery)."""
+    values: dict[str, Any] = {
+        "status": Status.SENT.value, "reason": "confirmed_by_operator",
+        "sent_at": db_now(), "finished_at": db_now(),
+    }
+    if provider_id is not None:
+        values["provider_message_id"] = provider_id
+    stmt = (update(messages)
+            .where(messages.c.id.in_(ids), messages.c.status == Status.UNKNOWN.value)
+            .values(values).returning(messages.c.id))
+    return sorted(conn.execute(stmt).scalars())
+
+
+def unknown_ids(conn: Connection, ids: list[int]) -> list[int]:
+    """Those of ``ids`` whose row is parked in ``unknown``."""
+    stmt = select(messages.c.id).where(messages.c.id.in_(ids),
+                                       messages.c.status == Status.UNKNOWN.value)
+    return sorted(conn.execute(stmt).scalars())

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from mailout.db import dialects
 from mailout.exceptions import ConfigError
 
 DEFAULT_URL = "sqlite:///mailout.db"
@@ -40,7 +41,7 @@ def make_engine(url: str | None = None, **kw: Any) -> Engine:
     # pre_ping: after a database restart, pooled connections are dead; test before use.
     kw.setdefault("pool_pre_ping", True)
     engine = create_engine(database_url(url), **kw)
-    if engine.dialect.name == "sqlite":
+    if dialects.serialises_writers_itself(engine):
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         # pysqlite's own transaction handling defers BEGIN; we issue it ourselves.

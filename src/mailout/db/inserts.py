@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Float, bindparam, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
+from mailout.db import dialects
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
 from mailout.models import Status
 
@@ -53,7 +54,7 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
     params = [_insert_params(r) for r in first.values()]
     created: dict[str, Stored] = {}
     if params:
-        if conn.dialect.name == "postgresql":
+        if dialects.writes_batches_as_json(conn):
             # One statement and one parameter whatever the batch size: SQLAlchemy's
             # multi-VALUES batches make psycopg parse a new query text of thousands of
             # placeholders each time.
@@ -61,7 +62,7 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
             result = conn.execute(stmt_pg, _insert_rows(params))
             notify = False
         else:
-            stmt = _insert_statement(conn.dialect.name)
+            stmt = _insert_statement(dialects.name_of(conn))
             # One row goes as a plain execute: executemany costs more than it saves.
             result = conn.execute(stmt, params[0] if len(params) == 1 else params)
         for rid, key, mid in result:
@@ -158,9 +159,9 @@ def _insert_statement(dialect: str) -> Any:
 
     Building it per call costs more than the round trip on a fast network.
     """
-    if dialect == "postgresql":
+    if dialect == dialects.POSTGRESQL:
         base: Any = postgresql.insert(messages)
-    elif dialect == "sqlite":
+    elif dialect == dialects.SQLITE:
         base = sqlite.insert(messages)
     else:
         raise NotImplementedError(f"mailout does not support the {dialect} dialect yet")
@@ -178,6 +179,6 @@ def notify_queues(conn: Connection, queues: Iterable[str]) -> None:
     delivered on rollback, and duplicates within a transaction are folded into one.
     """
     names = sorted(set(queues))
-    if conn.dialect.name != "postgresql" or not names:
+    if not names or not dialects.supports_listen_notify(conn):
         return
     conn.execute(select(*(func.pg_notify(NOTIFY_CHANNEL, q) for q in names)))

@@ -1,4 +1,4 @@
-"""All SQL of a worker's round: claim, complete, release, lease upkeep, pauses.
+"""All SQL of a worker's round: claim, complete, release and lease upkeep.
 
 Every function takes a SQLAlchemy ``Connection`` and runs inside whatever
 transaction the caller holds; the caller decides where transactions begin and end.
@@ -26,7 +26,6 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
-    delete,
     func,
     insert,
     or_,
@@ -37,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from mailout.db import dialects
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
     attempts,
@@ -44,16 +44,9 @@ from mailout.db.schema import (
     db_now_plus,
     json_default,
     messages,
-    pauses,
 )
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; every stored time is UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
+from mailout.timeutil import aware
 
 
 def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
@@ -126,7 +119,7 @@ def claim(
     """
     params = {"owner": owner, "token": str(uuid.uuid4()), "lease": lease_seconds,
               "limit": limit}
-    if conn.dialect.name == "postgresql":
+    if dialects.claims_in_one_statement(conn):
         stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates))
         rows = [dict(r._mapping) for r in conn.execute(stmt, params)]
         return _claimed_rows(conn, rows)
@@ -205,10 +198,10 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         message_id=m["message_id"],
         attempts=m["attempts"],
         unknown_attempts=m["unknown_attempts"],
-        created_at=_aware(m["created_at"]) or datetime.now(UTC),
-        expires_at=_aware(m["expires_at"]),
+        created_at=aware(m["created_at"]) or datetime.now(UTC),
+        expires_at=aware(m["expires_at"]),
         lease_token=m["lease_token"],
-        claimed_at=_aware(m["last_attempt_at"]) or datetime.now(UTC),
+        claimed_at=aware(m["last_attempt_at"]) or datetime.now(UTC),
         reclaimed=m["prev_status"] == Status.SENDING.value,
         event_ref=m["event_ref"],
         event_version=m["event_version"],
@@ -248,7 +241,7 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
         return []
     rows = [_completion_row(c) for c in batch]
     ids = [c.id for c in batch]
-    if conn.dialect.name == "postgresql" and len(set(ids)) == len(ids):
+    if dialects.writes_batches_as_json(conn) and len(set(ids)) == len(ids):
         param = json.dumps(rows, ensure_ascii=False, default=json_default)
         done = set(conn.execute(_COMPLETE_PG, {"batch": param}).scalars())
         return [i for i in ids if i not in done]
@@ -468,29 +461,8 @@ def next_due_in(conn: Connection, queues: Sequence[str] | None = None,
         tpl = messages.c.template
         cond = and_(cond, or_(tpl.is_(None), tpl.not_in(list(exclude_templates))))
     row = conn.execute(select(soonest, db_now()).where(cond)).one()
-    at, now = _aware(row[0]), _aware(row[1])
+    at: datetime | None = aware(row[0])
+    now: datetime | None = aware(row[1])
     if at is None or now is None:
         return None
     return max(0.0, (at - now).total_seconds())
-
-
-def set_pause(conn: Connection, kind: str, name: str, reason: str | None = None) -> bool:
-    """Pause a queue or template for every worker. False if it was already paused."""
-    exists = conn.execute(select(pauses.c.name).where(
-        pauses.c.kind == kind, pauses.c.name == name)).first()
-    if exists:
-        return False
-    conn.execute(insert(pauses).values(kind=kind, name=name, reason=reason,
-                                       created_at=db_now()))
-    return True
-
-
-def clear_pause(conn: Connection, kind: str, name: str) -> bool:
-    """Resume a paused queue or template. False if it was not paused."""
-    gone = conn.execute(delete(pauses).where(pauses.c.kind == kind, pauses.c.name == name))
-    return bool(gone.rowcount)
-
-
-def list_pauses(conn: Connection) -> list[dict[str, Any]]:
-    rows = conn.execute(select(pauses).order_by(pauses.c.kind, pauses.c.name))
-    return [dict(r._mapping) for r in rows]

@@ -1,16 +1,17 @@
-"""Operator SQL for rollout: the per-template report and settling unknown rows."""
+"""Counting SQL: the rollout report and queue depths for metrics."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import ColumnElement, Connection, case, func, literal_column, select
 
+from mailout.db import dialects
 from mailout.db.schema import db_now, messages
 from mailout.models import Status
+from mailout.timeutil import aware
 
 
 @dataclass
@@ -82,22 +83,39 @@ def _p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20, method="inclusive")[-1]
 
 
-def mark_sent(conn: Connection, ids: list[int], provider_id: str | None) -> list[int]:
-    """Settle parked ``unknown`` rows as sent (the operator confirmed delivery)."""
-    values: dict[str, Any] = {
-        "status": Status.SENT.value, "reason": "confirmed_by_operator",
-        "sent_at": db_now(), "finished_at": db_now(),
-    }
-    if provider_id is not None:
-        values["provider_message_id"] = provider_id
-    stmt = (update(messages)
-            .where(messages.c.id.in_(ids), messages.c.status == Status.UNKNOWN.value)
-            .values(values).returning(messages.c.id))
-    return sorted(conn.execute(stmt).scalars())
+# Literals, not bound parameters: a cached generic plan for "status = $1" could not use
+# the partial indexes (WHERE status = 'pending' / 'sending').
+_PENDING: ColumnElement[str] = literal_column(f"'{Status.PENDING.value}'")
+_SENDING: ColumnElement[str] = literal_column(f"'{Status.SENDING.value}'")
 
 
-def unknown_ids(conn: Connection, ids: list[int]) -> list[int]:
-    """Those of ``ids`` whose row is parked in ``unknown``."""
-    stmt = select(messages.c.id).where(messages.c.id.in_(ids),
-                                       messages.c.status == Status.UNKNOWN.value)
-    return sorted(conn.execute(stmt).scalars())
+@dataclass(frozen=True)
+class QueueDepths:
+    """Live rows per queue, read through the claim's partial indexes."""
+
+    now: datetime  # the database clock, UTC
+    pending: list[tuple[str, int, int, datetime | None]]  # queue, count, due, oldest due time
+    sending: list[tuple[str, int]]  # queue, count
+
+
+def queue_depths(conn: Connection, *, statement_timeout_ms: int) -> QueueDepths:
+    """Pending and sending counts per queue and the oldest pending time, cheaply: only
+    live rows, through the partial indexes. A stuck query is cut off after
+    ``statement_timeout_ms`` where the database allows it."""
+    dialects.limit_statement_time(conn, statement_timeout_ms)
+    now = aware(conn.execute(select(db_now())).scalar_one())
+    pending = conn.execute(
+        select(messages.c.queue, func.count(),
+               func.count(case((messages.c.next_attempt_at <= db_now(), 1))),
+               func.min(messages.c.next_attempt_at))
+        .where(messages.c.status == _PENDING)
+        .group_by(messages.c.queue)).all()
+    sending = conn.execute(
+        select(messages.c.queue, func.count())
+        .where(messages.c.status == _SENDING)
+        .group_by(messages.c.queue)).all()
+    return QueueDepths(
+        now=now,
+        pending=[(q, int(n), int(due), aware(oldest)) for q, n, due, oldest in pending],
+        sending=[(q, int(n)) for q, n in sending],
+    )

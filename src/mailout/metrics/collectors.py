@@ -9,17 +9,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from sqlalchemy import ColumnElement, Engine, case, func, literal_column, select, text
+from sqlalchemy import Engine
 
-from mailout.db.schema import db_now, messages
+from mailout.alerts import Alerts
+from mailout.db import stats
 from mailout.models import Status
-
-if TYPE_CHECKING:
-    from mailout.worker.runtime import Worker
 
 log = logging.getLogger("mailout.metrics.prometheus")
 
@@ -27,12 +23,6 @@ CACHE_SECONDS = 1.0  # a scrape result is reused this long: scrapes cannot hamme
 LOCK_WAIT_SECONDS = 2.0
 STATEMENT_TIMEOUT_MS = 5000
 LIVE_STATUSES = (Status.PENDING, Status.SENDING)
-# Literals, not bound parameters: a cached generic plan for "status = $1" could not use
-# the partial indexes (WHERE status = 'pending' / 'sending').
-_PENDING: ColumnElement[str] = literal_column(f"'{Status.PENDING.value}'")
-_SENDING: ColumnElement[str] = literal_column(f"'{Status.SENDING.value}'")
-
-
 class QueueCollector:
     """Queue depth and the age of the oldest due message, read at scrape time.
 
@@ -79,19 +69,7 @@ class QueueCollector:
         self.queries += 1
         try:
             with self._engine.connect() as conn:
-                if conn.dialect.name == "postgresql":  # a stuck scrape must not pile up
-                    conn.execute(text(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"))
-                now = _aware(conn.execute(select(db_now())).scalar_one())
-                pending = conn.execute(
-                    select(messages.c.queue, func.count(),
-                           func.count(case((messages.c.next_attempt_at <= db_now(), 1))),
-                           func.min(messages.c.next_attempt_at))
-                    .where(messages.c.status == _PENDING)
-                    .group_by(messages.c.queue)).all()
-                sending = conn.execute(
-                    select(messages.c.queue, func.count())
-                    .where(messages.c.status == _SENDING)
-                    .group_by(messages.c.queue)).all()
+                depths = stats.queue_depths(conn, statement_timeout_ms=STATEMENT_TIMEOUT_MS)
         except Exception as exc:  # any failure: omit the queue series, keep /metrics up
             self.errors += 1
             log.warning("metrics: queue query failed, queue series omitted: %s",
@@ -99,12 +77,13 @@ class QueueCollector:
             return []
         counts: dict[str, dict[str, float]] = {}
         ages: dict[str, float] = {}
-        for queue, n, due, oldest in pending:
+        now = depths.now
+        for queue, n, due, oldest in depths.pending:
             counts.setdefault(queue, {})["pending"] = n
             counts[queue]["due"] = due
-            at = _aware(oldest)
-            ages[queue] = max(0.0, (now - at).total_seconds()) if at and now >= at else 0.0
-        for queue, n in sending:
+            ages[queue] = max(0.0, (now - oldest).total_seconds()) if oldest and now >= oldest \
+                else 0.0
+        for queue, n in depths.sending:
             counts.setdefault(queue, {})["sending"] = n
         self._queues |= set(counts)
         return self._families(counts, ages, sorted(self._queues))
@@ -131,17 +110,11 @@ class QueueCollector:
         return [depth, due, oldest]
 
 
-def _aware(value: Any) -> datetime:
-    if not isinstance(value, datetime):
-        raise TypeError(f"expected a datetime from the database, got {type(value).__name__}")
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 class AlertCollector:
     """Alert deliveries (webhook and callback) by result, read from the worker's Alerts."""
 
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
+    def __init__(self, alerts: Alerts) -> None:
+        self._alerts = alerts
 
     def describe(self) -> list[Metric]:
         return [CounterMetricFamily("mailout_alert_deliveries", "", labels=["result"])]
@@ -151,7 +124,7 @@ class AlertCollector:
             "mailout_alert_deliveries",
             "Alerts by delivery result: delivered, failed (after retries), dropped (queue "
             "full).", labels=["result"])
-        stats = self._worker.alerts.stats
+        stats = self._alerts.stats
         for result in ("delivered", "failed", "dropped"):
             family.add_metric([result], stats.get(result, 0))
         return [family]

@@ -7,9 +7,14 @@ on the worker's event loop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
+from sqlalchemy import Engine
+
+from mailout.alerts import Alerts
 from mailout.models import ClaimedMessage, Completion
+from mailout.policy import Lane
 
 
 class Observer(Protocol):
@@ -46,3 +51,30 @@ class NullObserver:
 
     def database(self, reachable: bool) -> None:
         return None
+
+
+class WorkerView(Protocol):
+    """What metrics and health need of a running worker, and nothing more.
+
+    :class:`mailout.worker.runtime.Worker` provides it; this package never imports the
+    worker package (the worker reports to the observer, not the other way round).
+    """
+
+    name: str
+    engine: Engine
+    alerts: Alerts
+    observer: Observer
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def poll_seconds(self) -> float: ...
+
+    @property
+    def db_retry_cap(self) -> float:
+        """The longest wait between database retries: health allows for it."""
+        ...
+
+    @property
+    def lane_specs(self) -> Sequence[Lane]: ...

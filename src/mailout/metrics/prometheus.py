@@ -27,7 +27,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -36,12 +36,8 @@ from prometheus_client.exposition import choose_encoder
 from mailout import __version__
 from mailout.exceptions import ConfigError
 from mailout.metrics.collectors import CACHE_SECONDS, AlertCollector, QueueCollector
-from mailout.metrics.observer import NullObserver
+from mailout.metrics.observer import NullObserver, WorkerView
 from mailout.models import ClaimedMessage, Completion, Outcome
-from mailout.worker.lane import DB_RETRY_CAP
-
-if TYPE_CHECKING:
-    from mailout.worker.runtime import Worker
 
 log = logging.getLogger("mailout.metrics.prometheus")
 
@@ -60,6 +56,9 @@ METRIC_NAMES = frozenset({
     "mailout_queue_messages", "mailout_queue_due_messages",
     "mailout_queue_oldest_due_age_seconds", "mailout_alert_deliveries",
 })
+
+
+DEFAULT_DB_RETRY_GRACE = 30.0  # the worker's backoff cap between database retries
 
 
 class PrometheusObserver:
@@ -100,9 +99,11 @@ class PrometheusObserver:
         self._last_tick: float | None = None  # time.monotonic()
         self._last_tick_wall = 0.0
         self._created = time.monotonic()
-        self._worker: Worker | None = None
+        self._worker: WorkerView | None = None
         self.queue_collector: QueueCollector | None = None  # set by bind()
         self._failed_once = False
+        # How long the claim loop may wait between database retries; the bound worker's.
+        self.db_retry_grace = DEFAULT_DB_RETRY_GRACE
 
     # -- Observer ----------------------------------------------------------------
 
@@ -137,14 +138,15 @@ class PrometheusObserver:
 
     # -- wiring ------------------------------------------------------------------
 
-    def bind(self, worker: Worker) -> None:
+    def bind(self, worker: WorkerView) -> None:
         """Add what needs the built worker: queue metrics from its database, its info."""
         if self._worker is not None:
             raise RuntimeError("this observer is already bound to a worker")
         self._worker = worker
+        self.db_retry_grace = worker.db_retry_cap
         if self.live_after is None:
-            self.live_after = max(LIVE_POLLS * worker.opts.poll_seconds, LIVE_MIN_SECONDS)
-        lanes = [r.lane for r in worker.lanes]
+            self.live_after = max(LIVE_POLLS * worker.poll_seconds, LIVE_MIN_SECONDS)
+        lanes = list(worker.lane_specs)
         self.info.info({
             "version": __version__, "worker": worker.name,
             "lanes": ",".join(f"{ln.name}({'+'.join(ln.queues) or '*'}):{ln.concurrency}"
@@ -160,16 +162,16 @@ class PrometheusObserver:
             self.reclaims.labels(queue)
         self.queue_collector = QueueCollector(worker.engine, queues, self.cache_seconds)
         self.registry.register(self.queue_collector)
-        self.registry.register(AlertCollector(worker))
+        self.registry.register(AlertCollector(worker.alerts))
 
     # -- health ------------------------------------------------------------------
 
     def liveness(self) -> tuple[bool, str]:
         """Alive when the claim loop went round recently (longer while the DB is down)."""
         limit = self.live_after or LIVE_MIN_SECONDS
-        if self.database_ok is False:
-            limit += DB_RETRY_CAP  # the loop backs off up to this long between tries
         worker = self._worker
+        if self.database_ok is False:
+            limit += self.db_retry_grace  # the loop backs off up to this long between tries
         if worker is not None and worker.stopping:
             return True, "stopping: finishing in-flight sends"
         last = self._last_tick
@@ -230,7 +232,7 @@ class MetricsServer:
         self.close()
 
 
-def start_metrics_server(port: int, worker: Worker, *, host: str = ALL_INTERFACES
+def start_metrics_server(port: int, worker: WorkerView, *, host: str = ALL_INTERFACES
                          ) -> MetricsServer:
     """Serve /metrics, /healthz and /readyz for ``worker`` from a daemon thread.
 

@@ -2,9 +2,11 @@
 
 ``MemoryTransport`` records every envelope it accepts in :attr:`~MemoryTransport.outbox`
 and answers :class:`~mailout.transports.base.Decision.SENT` with a fresh provider id,
-unless a script says otherwise: :meth:`~MemoryTransport.script` queues results to
-return, one per send, before falling back to sent. So a test can make the fourth send
-a 4yz-like retry, or every send a configuration error, without a server.
+unless told otherwise: :meth:`~MemoryTransport.answer_for` answers every send to one
+address alike, :meth:`~MemoryTransport.script` queues results to return, one per
+send, and :meth:`~MemoryTransport.answer_always` sets a standing answer. So a test
+can make one mailbox bounce, the fourth send a 4yz-like retry, or every send a
+configuration error, without a server.
 
 Chosen with ``MAILOUT_TRANSPORT=memory://``. The outbox lives in the process that
 sends: use it with an in-process worker (``mailout.testing``), not ``mailout worker``.
@@ -31,12 +33,18 @@ class MemoryTransport:
         self.attempts: list[tuple[Envelope, SendResult]] = []
         self._script: deque[SendResult] = deque()
         self._always: SendResult | None = None
+        self._per_address: dict[str, SendResult] = {}
         self._delay = delay
         self._closed = False
 
     def script(self, *results: SendResult | Decision) -> None:
         """Queue results for the next sends, in order. A bare Decision gets a plain reason."""
         self._script.extend(_as_result(item) for item in results)
+
+    def answer_for(self, address: str, result: SendResult | Decision) -> None:
+        """Answer every send to ``address`` (any recipient) with ``result``, before the
+        script: a test can make one mailbox bounce and the rest go through."""
+        self._per_address[address.lower()] = _as_result(result)
 
     def answer_always(self, result: SendResult | Decision | None) -> None:
         """Answer every send after the script with ``result``; None goes back to "sent"."""
@@ -46,13 +54,14 @@ class MemoryTransport:
         """Forget the script, the standing answer and everything sent."""
         self._script.clear()
         self._always = None
+        self._per_address.clear()
         self.outbox.clear()
         self.attempts.clear()
 
     async def send(self, envelope: Envelope) -> SendResult:
         if self._delay:
             await asyncio.sleep(self._delay)
-        result = self._script.popleft() if self._script else (self._always or self._sent())
+        result = self._answer(envelope)
         if result.decision in (Decision.SENT, Decision.UNKNOWN):
             # An unknown outcome is one the provider may have accepted: keep it, so a
             # test can count the duplicates a resend produces.
@@ -60,6 +69,15 @@ class MemoryTransport:
             self.outbox.append(envelope)
         self.attempts.append((envelope, result))
         return result
+
+    def _answer(self, envelope: Envelope) -> SendResult:
+        for address in envelope.recipients:
+            found = self._per_address.get(address.lower())
+            if found is not None:
+                return found
+        if self._script:
+            return self._script.popleft()
+        return self._always or self._sent()
 
     async def check(self) -> CheckResult:
         return CheckResult(True, "memory transport: nothing to check")

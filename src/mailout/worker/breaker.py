@@ -1,9 +1,12 @@
-"""The transport gate: pauses sending after a configuration error.
+"""The transport breaker: stops sending after a configuration error.
 
 Bad credentials or a broken TLS setup fail every message the same way; sending on
-would turn the whole queue into failures. The gate closes for a pause that doubles
+would turn the whole queue into failures. The breaker opens for a pause that doubles
 on each consecutive configuration error, then lets one probe message through. A
-probe that gets any answer other than a configuration error reopens the gate.
+probe that gets any answer other than a configuration error closes it again.
+
+Not to be confused with operator pauses (``mailout pause``), which an operator sets
+per queue or template and which live in the database.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 
 @dataclass
-class Gate:
+class Breaker:
     pause_seconds: float
     pause_cap: float
     _paused_until: float = 0.0
@@ -25,7 +28,7 @@ class Gate:
         return time.monotonic()
 
     def pause(self, reason: str) -> tuple[bool, float]:
-        """Close the gate. Returns (newly paused, pause length in seconds)."""
+        """Open the breaker (stop sending). Returns (newly paused, pause length in seconds)."""
         newly = not self.paused
         self._current = self.pause_seconds if newly else min(self._current * 2, self.pause_cap)
         self._paused_until = self._now() + self._current
@@ -34,7 +37,7 @@ class Gate:
         return newly, self._current
 
     def resume(self) -> bool:
-        """Open the gate after a good probe. Returns True if it was paused."""
+        """Close the breaker after a good probe. Returns True if it was paused."""
         was = self.paused
         self.paused = False
         self.reason = None

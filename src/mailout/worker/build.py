@@ -11,17 +11,20 @@ from sqlalchemy import Engine
 from mailout import attempt, db
 from mailout.alerts import AlertCallback, Alerts
 from mailout.config import Settings
-from mailout.guards import Guards, known_schemas, load_registry, parse_domains
+from mailout.db import dialects
+from mailout.guards import Guards, load_registry, parse_domains
 from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.render import Renderer
+from mailout.templates import known_schemas
 from mailout.transports.base import Transport
-from mailout.worker.runtime import Options, Worker, make_rng, worker_name
+from mailout.worker.options import Options
+from mailout.worker.runtime import Worker, make_rng, worker_name
 
 log = logging.getLogger("mailout.worker.runtime")
 
-SQLITE_POLL = 0.2  # SQLite has no NOTIFY: poll more often
-PG_POLL = 1.0
+NO_NOTIFY_POLL = 0.2  # no NOTIFY to wake workers (SQLite): poll more often
+NOTIFY_POLL = 1.0  # NOTIFY wakes workers at once; polling is only the safety net
 
 
 def build_worker(
@@ -64,7 +67,8 @@ def build_worker(
         ))
         for lane in lanes
     ]
-    poll = settings.poll_seconds or (SQLITE_POLL if engine.dialect.name == "sqlite" else PG_POLL)
+    poll = settings.poll_seconds or (
+        NOTIFY_POLL if dialects.supports_listen_notify(engine) else NO_NOTIFY_POLL)
     options = Options(
         lease_seconds=settings.lease_seconds,
         poll_seconds=poll,

@@ -1,8 +1,9 @@
 """One lane's loop: claim from its queues, start attempts, sleep until woken.
 
 A lane owns its concurrency slots and its transport (its SMTP connections); the
-process-wide parts (database engine, completion writer, transport gate, alerts)
-belong to the :class:`~mailout.worker.runtime.Worker` that runs the lanes.
+process-wide parts (database engine, completion writer, transport breaker, alerts)
+belong to the :class:`~mailout.worker.runtime.Worker` that runs the lanes, and reach
+a lane as a :class:`LaneDeps`, so the lane never sees the rest of the worker.
 """
 
 from __future__ import annotations
@@ -12,24 +13,40 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import attempt, db
 from mailout.db import leasing
+from mailout.metrics.observer import Observer
 from mailout.models import ClaimedMessage, Completion
 from mailout.policy import Lane
+from mailout.worker.breaker import Breaker
+from mailout.worker.completions import CompletionWriter
+from mailout.worker.operator_pauses import PauseCache
+from mailout.worker.options import Options
 from mailout.worker.ratelimit import TokenBucket
-
-if TYPE_CHECKING:
-    from mailout.worker.runtime import Worker
 
 log = logging.getLogger("mailout.worker.runtime")
 
 DB_RETRY_CAP = 30.0
+
+
+@dataclass(frozen=True)
+class LaneDeps:
+    """The parts of a worker process a lane uses, and nothing else of it."""
+
+    engine: Engine
+    options: Options
+    observer: Observer
+    breaker: Breaker
+    pauses: PauseCache
+    writer: CompletionWriter
+    stopping: Callable[[], bool]  # True once the worker is shutting down
+    record: Callable[[Completion], None]  # hand a finished attempt to the worker
 
 
 @dataclass
@@ -42,9 +59,9 @@ class InFlight:
 class LaneRunner:
     """Claims and sends for one lane until the worker stops (or the lane is idle)."""
 
-    def __init__(self, worker: Worker, lane: Lane, ctx: attempt.Context,
+    def __init__(self, deps: LaneDeps, lane: Lane, ctx: attempt.Context,
                  buckets: Mapping[str, TokenBucket]) -> None:
-        self.worker = worker
+        self.worker = deps
         self.lane = lane
         self.ctx = ctx
         self.in_flight: dict[int, InFlight] = {}
@@ -64,8 +81,8 @@ class LaneRunner:
 
     async def run(self) -> None:
         db_backoff = 0.5
-        opts = self.worker.opts
-        while not self.worker.stopping:
+        opts = self.worker.options
+        while not self.worker.stopping():
             # Clear before looking: a send finishing from here on must wake the sleep.
             self.wake.clear()
             self.worker.observer.tick()
@@ -94,7 +111,7 @@ class LaneRunner:
         full = False
         for queues, bucket in self._groups:
             free = self.lane.concurrency - len(self.in_flight) - len(claimed)
-            want = self.worker.gate.capacity(free, len(self.in_flight) + len(claimed))
+            want = self.worker.breaker.capacity(free, len(self.in_flight) + len(claimed))
             if bucket is not None:
                 want = bucket.take(want)
             if want <= 0:
@@ -112,22 +129,22 @@ class LaneRunner:
         with db.immediate(self.worker.engine) as conn:
             paused = self.worker.pauses.current(conn)
             return leasing.claim(conn, owner=self.ctx.worker, limit=limit,
-                               lease_seconds=self.worker.opts.lease_seconds, queues=queues,
+                               lease_seconds=self.worker.options.lease_seconds, queues=queues,
                                exclude_queues=(*exclude, *paused.queues),
                                exclude_templates=paused.templates)
 
     def _wait_time(self) -> float:
-        poll = self.worker.opts.poll_seconds
-        gate = self.worker.gate
+        poll = self.worker.options.poll_seconds
+        breaker = self.worker.breaker
         waits = [poll]
-        if gate.paused and not self.in_flight:
-            waits.append(max(0.05, gate.seconds_left()))
+        if breaker.paused and not self.in_flight:
+            waits.append(max(0.05, breaker.seconds_left()))
         waits += [max(0.01, b.wait_time()) for _, b in self._groups if b is not None]
         return min(waits)
 
     async def idle(self) -> bool:
         """With until_idle: nothing running here, nothing unwritten, nothing due now."""
-        if self.in_flight or not self.worker.writer.idle or self.worker.gate.paused:
+        if self.in_flight or not self.worker.writer.idle or self.worker.breaker.paused:
             return False
         try:
             due_in = await asyncio.to_thread(self._due_in)
@@ -146,7 +163,7 @@ class LaneRunner:
             log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
                         "outcome is unknown", msg.id, msg.key)
         task = asyncio.create_task(
-            attempt.run(msg, self.ctx, pause_seconds=self.worker.opts.pause_seconds,
+            attempt.run(msg, self.ctx, pause_seconds=self.worker.options.pause_seconds,
                         on_send=functools.partial(self._sending.add, msg.id)),
             name=f"mailout-send-{msg.id}",
         )

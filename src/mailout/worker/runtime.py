@@ -2,7 +2,7 @@
 
 Each lane (:mod:`mailout.worker.lane`) claims and sends for its own queues. The worker
 holds the shared parts and hands each step to its module: recording
-(:mod:`completions`), the pause after configuration errors (:mod:`gate`), alerts
+(:mod:`completions`), the pause after configuration errors (:mod:`breaker`), alerts
 (:mod:`alerts`), lease heartbeats, NOTIFY wakeups (:mod:`wakeup`) and shutdown.
 """
 
@@ -15,68 +15,26 @@ import os
 import random
 import signal
 import socket
-import threading
-import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import attempt
 from mailout.alerts import Alert, Alerts
-from mailout.db import leasing, notifications
+from mailout.db import dialects, leasing, notifications
 from mailout.metrics.observer import NullObserver, Observer
 from mailout.models import Completion, Outcome, Status
 from mailout.policy import Lane
-from mailout.worker.breaker import Gate
+from mailout.worker.breaker import Breaker
 from mailout.worker.completions import CompletionWriter
-from mailout.worker.lane import LaneRunner
+from mailout.worker.lane import DB_RETRY_CAP, LaneDeps, LaneRunner
+from mailout.worker.operator_pauses import PauseCache
+from mailout.worker.options import Options
 from mailout.worker.ratelimit import TokenBucket
 
 log = logging.getLogger("mailout.worker.runtime")
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """How one worker runs; see :mod:`mailout.config` for the matching settings."""
-
-    lease_seconds: float = 120.0
-    poll_seconds: float = 1.0
-    pause_seconds: float = 30.0
-    pause_cap: float = 600.0
-    shutdown_grace: float = 30.0
-    until_idle: bool = False
-    listen: bool = True  # LISTEN for NOTIFY on PostgreSQL; off for PgBouncer (poll only)
-
-
-@dataclass(frozen=True, slots=True)
-class Paused:
-    queues: tuple[str, ...] = ()
-    templates: tuple[str, ...] = ()
-
-
-class PauseCache:
-    """Operator pauses (``mailout pause``), re-read from the database every few seconds."""
-
-    TTL = 2.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._read_at = float("-inf")
-        self._value = Paused()
-
-    def current(self, conn: Connection) -> Paused:
-        with self._lock:
-            if time.monotonic() - self._read_at >= self.TTL:
-                rows = leasing.list_pauses(conn)
-                self._value = Paused(
-                    tuple(r["name"] for r in rows if r["kind"] == "queue"),
-                    tuple(r["name"] for r in rows if r["kind"] == "template"),
-                )
-                self._read_at = time.monotonic()
-            return self._value
 
 
 def worker_name() -> str:
@@ -99,16 +57,33 @@ class Worker:
         self.observer: Observer = observer or NullObserver()
         self.opts = options
         self.alerts = alerts
-        self.gate = Gate(options.pause_seconds, options.pause_cap)
+        self.breaker = Breaker(options.pause_seconds, options.pause_cap)
         self.writer = CompletionWriter(
             engine, self._written, lambda: any(r.in_flight for r in self.lanes))
         buckets = {q: TokenBucket(rate) for q, rate in (rates or {}).items()}
-        self.lanes = [LaneRunner(self, lane, ctx, buckets) for lane, ctx in lanes]
-        self.name = lanes[0][1].worker if lanes else worker_name()
         self.pauses = PauseCache()
         self.stopping = False
+        deps = LaneDeps(
+            engine=engine, options=options, observer=self.observer, breaker=self.breaker,
+            pauses=self.pauses, writer=self.writer, stopping=lambda: self.stopping,
+            record=self.record,
+        )
+        self.lanes = [LaneRunner(deps, lane, ctx, buckets) for lane, ctx in lanes]
+        self.name = lanes[0][1].worker if lanes else worker_name()
         self.sent = 0
         self._held_alerted: set[str] = set()
+
+    @property
+    def poll_seconds(self) -> float:
+        return self.opts.poll_seconds
+
+    @property
+    def db_retry_cap(self) -> float:
+        return DB_RETRY_CAP
+
+    @property
+    def lane_specs(self) -> list[Lane]:
+        return [runner.lane for runner in self.lanes]
 
     def stop(self) -> None:
         """Stop claiming; in-flight sends finish (up to the grace period)."""
@@ -126,7 +101,7 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         helpers = [asyncio.create_task(self.writer.run(), name="mailout-completions"),
                    asyncio.create_task(self._heartbeat(), name="mailout-heartbeat")]
-        if self.opts.listen and self.engine.dialect.name == "postgresql":
+        if self.opts.listen and dialects.supports_listen_notify(self.engine):
             url = self.engine.url.render_as_string(hide_password=False)
             helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
                                                name="mailout-listen"))
@@ -155,13 +130,13 @@ class Worker:
                 lane.wake.set()
 
     def record(self, completion: Completion) -> None:
-        """Take a finished attempt: adjust the gate, queue the write."""
-        self._gate_after(completion)
+        """Take a finished attempt: adjust the breaker, queue the write."""
+        self._breaker_after(completion)
         self.writer.add(completion)
 
-    def _gate_after(self, c: Completion) -> None:
+    def _breaker_after(self, c: Completion) -> None:
         if c.outcome is Outcome.PAUSED:
-            newly, seconds = self.gate.pause(c.reason or "configuration error")
+            newly, seconds = self.breaker.pause(c.reason or "configuration error")
             if newly:
                 self.observer.paused(c.reason or "configuration error")
                 self.alerts.fire(Alert("paused", f"sending paused: {c.reason}",
@@ -171,7 +146,7 @@ class Worker:
                       c.reply_code)
         elif c.outcome is Outcome.HELD:
             self._held(c)
-        elif c.stage is not None and self.gate.paused and self.gate.resume():
+        elif c.stage is not None and self.breaker.paused and self.breaker.resume():
             # Only an answer from the transport (a stage was reached) proves it works.
             self.observer.paused(None)
             self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))

@@ -1,4 +1,4 @@
-"""``mailout check`` for SMTP: connect, EHLO, STARTTLS and AUTH, send nothing.
+"""``mailout check`` for SMTP: what a connection check's outcome means, in plain words.
 
 The verdict is one sentence in plain words saying what is wrong and which setting
 to look at. It never prints a password: the password is redacted from anything a
@@ -7,24 +7,22 @@ server or a library says back.
 
 from __future__ import annotations
 
-import ssl
-
 from mailout.transports.base import CheckResult
 from mailout.transports.smtp import codes as smtpcodes
-from mailout.transports.smtp.client import check_connection
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 
 _REDACTED = "********"
 
 
-async def check_smtp(settings: SmtpSettings) -> CheckResult:
-    """Connect, EHLO, STARTTLS and AUTH as configured; send nothing."""
-    try:
-        outcome = await check_connection(settings)
-    except (OSError, ssl.SSLError) as exc:  # raised building the TLS context: SMTP_CA_FILE
-        line = f"SMTP: cannot load SMTP_CA_FILE {settings.ca_file!r}: {exc}"
-        return CheckResult(False, _redact(line, settings))
+def unusable_ca_file(settings: SmtpSettings, exc: Exception) -> CheckResult:
+    """The verdict when the TLS context cannot be built from ``SMTP_CA_FILE``."""
+    line = f"SMTP: cannot load SMTP_CA_FILE {settings.ca_file!r}: {exc}"
+    return CheckResult(False, _redact(line, settings))
+
+
+def verdict(outcome: SendOutcome, settings: SmtpSettings) -> CheckResult:
+    """What a connection check that ended in ``outcome`` means, in one line."""
     if outcome.accepted:
         return CheckResult(True, _redact(_describe_ok(outcome, settings), settings))
     line = f"SMTP {settings.host}:{settings.port}: {explain(outcome, settings)}"

@@ -46,6 +46,7 @@ from aiosmtplib.errors import (
 from aiosmtplib.protocol import SMTPProtocol
 
 from mailout.transports.base import CheckResult, Envelope, SendResult
+from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.classify import to_result
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
@@ -124,11 +125,13 @@ class SmtpTransport:
             return outcome
 
     async def check(self) -> CheckResult:
-        """Connect, EHLO, STARTTLS and AUTH as configured, and say what went wrong."""
-        # Imported here: the check module builds on this one.
-        from mailout.transports.smtp.check import check_smtp
-
-        return await check_smtp(self._settings)
+        """Connect, EHLO, STARTTLS and AUTH as configured, send nothing, and say in
+        plain words what went wrong and which setting to look at."""
+        try:
+            outcome = await check_connection(self._settings)
+        except (OSError, ssl.SSLError) as exc:  # building the TLS context: SMTP_CA_FILE
+            return smtp_check.unusable_ca_file(self._settings, exc)
+        return smtp_check.verdict(outcome, self._settings)
 
     async def close(self) -> None:
         self._closed = True
