@@ -17,6 +17,7 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, ins
 
 from bench.common import scratch_database
 from mailout import db
+from mailout.db import migrate
 from mailout.enqueue import EnqueueSettings, enqueue
 
 meta = MetaData()
@@ -27,7 +28,7 @@ SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
 
 def run(url: str, total: int, block: int, warmup: int = 200) -> tuple[list[float], list[float]]:
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     meta.create_all(engine)
     plain: list[float] = []
     with_mail: list[float] = []

@@ -26,7 +26,7 @@ from sqlalchemy import Engine, func, select
 
 from bench.common import scratch_database, smtp_sink
 from mailout import db
-from mailout.db import pauses
+from mailout.db import migrate, pauses
 from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
 
@@ -118,7 +118,7 @@ def main() -> None:
     rng = random.Random(7)
     with scratch_database() as url, smtp_sink() as port:
         engine = db.make_engine(url)
-        db.upgrade(engine)
+        migrate.upgrade(engine)
         worker = start_worker(url, port)
         try:
             fill_bulk(engine, args.n, "alone")

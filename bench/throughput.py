@@ -47,7 +47,7 @@ from bench.common import (
     write_templates,
 )
 from mailout import db
-from mailout.db import leasing
+from mailout.db import leasing, migrate
 from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
 from mailout.models import ClaimedMessage
@@ -277,7 +277,7 @@ def main() -> None:
             smtp_sink() as port:
         templates = write_templates(Path(tmp))
         engine = db.make_engine(url)
-        db.upgrade(engine)
+        migrate.upgrade(engine)
         with engine.connect() as conn:
             version = conn.execute(text("SHOW server_version")).scalar_one()
         drains = []

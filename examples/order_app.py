@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert
 
 from mailout import db
-from mailout.db import admin
+from mailout.db import admin, migrate
 from mailout.enqueue import EnqueueSettings, enqueue
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--db", default="sqlite:///example-shop.db", help="database URL")
     args = parser.parse_args()
     engine = db.make_engine(args.db)
-    db.upgrade(engine)  # mailout's tables; in a real app, part of your migrations
+    migrate.upgrade(engine)  # mailout's tables; in a real app, part of your migrations
     metadata.create_all(engine)
     place_order(engine, "Alice", "alice@example.com",
                 [{"name": "Espresso beans, 1 kg", "quantity": 1, "price": 29.90}])

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine, Float, bindparam, update
 
 from mailout import db
-from mailout.db import admin
+from mailout.db import admin, migrate
 from mailout.db.schema import db_now_plus, messages
 from mailout.enqueue import EnqueueSettings, enqueue
 from tests.support.fixtures import AUTH_USER
@@ -58,7 +58,7 @@ def mailout_json(*args: str, env: dict[str, str] | None = None) -> Any:
 def sqlite_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     engine.dispose()
     return url
 

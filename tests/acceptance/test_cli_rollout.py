@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 
 from mailout import db
+from mailout.db import migrate
 from mailout.db.schema import messages
 from mailout.enqueue import EnqueueSettings, enqueue
 from tests.acceptance.test_cli import mailout, mailout_json
@@ -21,7 +22,7 @@ SETTINGS = EnqueueSettings(message_id_domain="cli.example.com")
 def _db(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     engine.dispose()
     return url
 

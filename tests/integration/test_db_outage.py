@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from mailout import db
+from mailout.db import migrate
 from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
 from tests.support.pg import EmbeddedPostgres, create_database
@@ -32,7 +33,7 @@ def test_completions_wait_for_the_database_and_nothing_is_resent(
     assert own_postgres.url is not None
     url = create_database(own_postgres.url)
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     n = 30
     with engine.begin() as conn:
         for i in range(n):

@@ -6,7 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, bindparam, inspect, text
 
-from mailout import db
+from mailout.db import migrate
 from mailout.db.schema import metadata
 
 
@@ -14,7 +14,7 @@ def test_migrated_database_matches_the_table_definitions(engine: Engine) -> None
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={
             "compare_type": True,
-            "version_table": db.VERSION_TABLE,
+            "version_table": migrate.VERSION_TABLE,
             # Only our tables: the version table is Alembic's, not part of the schema.
             # Alembic cannot compare expression indexes (priority DESC): those two are
             # checked by test_claim_indexes_are_in_claim_order instead.
@@ -50,14 +50,14 @@ def test_partial_indexes_exist(engine: Engine) -> None:
 
 
 def test_upgrade_is_idempotent_and_the_revision_is_current(engine: Engine) -> None:
-    db.upgrade(engine)
-    assert db.current_revision(engine) == db.head_revision()
-    db.require_schema(engine)
+    migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    migrate.require_schema(engine)
 
 
 def test_plain_sql_is_available_for_both_dialects() -> None:
-    pg = db.migration_sql("postgresql")
+    pg = migrate.migration_sql("postgresql")
     assert "CREATE TABLE mailout_messages" in pg
     assert "JSONB" in pg
     assert "WHERE status = 'pending'" in pg
-    assert "CREATE TABLE mailout_attempts" in db.migration_sql("sqlite")
+    assert "CREATE TABLE mailout_attempts" in migrate.migration_sql("sqlite")

@@ -177,9 +177,10 @@ def test_a_failing_queue_query_keeps_metrics_up_and_counts_a_scrape_error(
     tmp_path: Path, smtp_server: SmtpTestServer
 ) -> None:
     from mailout import db
+    from mailout.db import migrate
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    db.upgrade(db.make_engine(url))
+    migrate.upgrade(db.make_engine(url))
     worker = build_worker(settings_for(url, smtp_server), observer=PrometheusObserver())
     with start_metrics_server(0, worker, host="127.0.0.1") as server:
         s = scrape(server)
@@ -263,10 +264,11 @@ def _assert_private(logged: str) -> None:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     from mailout import db
+    from mailout.db import migrate
 
     url = f"sqlite:///{tmp_path / 'obs.db'}"
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     engine.dispose()
     return url
 

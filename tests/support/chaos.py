@@ -19,6 +19,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from mailout import db
+from mailout.db import migrate
 from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, Message, enqueue_many
 from mailout.transports.smtp.outcome import Stage
@@ -201,7 +202,7 @@ def run_chaos(cfg: ChaosConfig, logs: Path, progress: bool = False) -> ChaosRepo
 
 def _fill(url: str, n: int) -> None:
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     settings = EnqueueSettings(message_id_domain="chaos.example.com")
     for start in range(0, n, 2000):
         batch = [Message(to=f"user{i}@example.com", subject=f"Message {i}", text="Hello",

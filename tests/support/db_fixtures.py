@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from mailout import db
+from mailout.db import migrate
 from tests.support.pg import create_database, drop_database
 
 
@@ -21,7 +22,7 @@ from tests.support.pg import create_database, drop_database
 def pg_database_url(pg_server_url: str) -> Iterator[str]:
     url = create_database(pg_server_url)
     engine = db.make_engine(url)
-    db.upgrade(engine)
+    migrate.upgrade(engine)
     engine.dispose()
     yield url
     drop_database(url)
@@ -41,7 +42,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'mailout.db'}"
         engine = db.make_engine(url)
-        db.upgrade(engine)
+        migrate.upgrade(engine)
         engine.dispose()
         return url
     url: str = request.getfixturevalue("pg_database_url")

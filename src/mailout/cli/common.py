@@ -12,6 +12,7 @@ import click
 from sqlalchemy import Engine
 
 from mailout import db
+from mailout.db import migrate
 from mailout.policy import duration_seconds
 
 DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
@@ -63,5 +64,5 @@ def since_option(ctx: click.Context, param: click.Parameter,
 def engine_for(obj: dict[str, Any]) -> Engine:
     """The engine for ``--db``, checked to be migrated (SchemaMissing otherwise)."""
     engine = db.make_engine(obj["db_url"])
-    db.require_schema(engine)
+    migrate.require_schema(engine)
     return engine

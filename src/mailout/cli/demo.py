@@ -29,7 +29,7 @@ from rich.table import Table as RichTable
 from sqlalchemy import Column, Connection, Engine, Integer, MetaData, String, Table, insert
 
 from mailout import config, db
-from mailout.db import admin, leasing
+from mailout.db import admin, leasing, migrate
 from mailout.enqueue import EnqueueSettings, enqueue
 from mailout.models import EnqueueResult
 from mailout.transports.smtp.devsink import DevSink
@@ -82,7 +82,7 @@ def run(directory: Path, out: Console) -> Enqueued:
     try:
         with DevSink(mail_dir) as sink:
             out.print(f"SMTP sink listening on {sink.host}:{sink.port}, writing {mail_dir}/")
-            db.upgrade(engine)
+            migrate.upgrade(engine)
             result = _enqueue_all(engine, templates)
             out.print(f"enqueued {len(result.keys)} messages; running the worker...")
             asyncio.run(_send_all(_settings(url, sink, templates), engine))

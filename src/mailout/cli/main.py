@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from mailout import db
 from mailout.cli import common, display, rollout
 from mailout.cli.common import DB_HELP, DEFAULT_WINDOW, PURGE_BATCH, WINDOW_ENV
-from mailout.db import admin
+from mailout.db import admin, migrate
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.logs import configure_logging
 from mailout.models import Status
@@ -52,9 +52,9 @@ def db_group() -> None:
 @click.pass_obj
 def db_upgrade(obj: dict[str, Any]) -> None:
     """Apply the migrations (idempotent)."""
-    engine = db.makecommon.engine_for(obj["db_url"])
-    db.upgrade(engine)
-    click.echo(f"database at revision {db.current_revision(engine)}")
+    engine = db.make_engine(obj["db_url"])
+    migrate.upgrade(engine)
+    click.echo(f"database at revision {migrate.current_revision(engine)}")
 
 
 @db_group.command("sql")
@@ -62,7 +62,7 @@ def db_upgrade(obj: dict[str, Any]) -> None:
               show_default=True)
 def db_sql(dialect: str) -> None:
     """Print the migrations as plain SQL, for teams that run their own."""
-    click.echo(db.migration_sql(dialect))
+    click.echo(migrate.migration_sql(dialect))
 
 
 @cli.command("worker")

@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
+from mailout.db import migrate
 from mailout.exceptions import MailoutError
 from mailout.transports.url import TransportSpec
 
@@ -29,8 +30,8 @@ def check_database(url: str | None) -> Verdict:
     except MailoutError as exc:
         return False, f"database: {exc}"
     try:
-        db.require_schema(engine)
-        return True, f"database {shown}: reachable, at revision {db.current_revision(engine)}"
+        migrate.require_schema(engine)
+        return True, f"database {shown}: reachable, at revision {migrate.current_revision(engine)}"
     except MailoutError as exc:  # SchemaMissing says which command fixes it
         return False, f"database {shown}: {exc}"
     except (OperationalError, DBAPIError) as exc:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from mailout import attempt, db
 from mailout.alerts import AlertCallback, Alerts
 from mailout.config import Settings
-from mailout.db import dialects
+from mailout.db import dialects, migrate
 from mailout.guards import Guards, load_registry, parse_domains
 from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
@@ -43,7 +43,7 @@ def build_worker(
     the single default lane when no MAILOUT_LANES is set.
     """
     engine = engine or db.make_engine(settings.database_url)
-    db.require_schema(engine)
+    migrate.require_schema(engine)
     assert settings.mail_from is not None  # config.load refuses a missing MAIL_FROM
     policies = settings.policies()
     name = worker_name()
