@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -103,23 +104,33 @@ def worker_env(url: str, port: int, templates: Path, concurrency: int) -> dict[s
             "MAILOUT_TEMPLATES": str(templates), "MAILOUT_CONCURRENCY": str(concurrency)}
 
 
-def run_workers(env: dict[str, str], processes: int) -> tuple[float, list[int]]:
-    """Start ``processes`` ``mailout worker --until-idle`` together and wait for all.
+@dataclass(frozen=True)
+class WorkerRun:
+    """What ``mailout worker --until-idle`` processes took: from wait4, so each figure is
+    the worker's own, not the largest child's of this process's life."""
 
-    Returns the wall time and each process's peak RSS in KiB (from wait4, so it is
-    the worker's own figure, not the largest child's of this process's life).
-    """
+    wall: float  # seconds from the first start to the last exit
+    started_at: float  # time.time() just before the first start
+    peak_kb: list[int]  # each process's peak RSS
+    cpu: list[float]  # each process's user + system CPU seconds
+
+
+def run_workers(env: dict[str, str], processes: int) -> WorkerRun:
+    """Start ``processes`` ``mailout worker --until-idle`` together and wait for all."""
     command = [sys.executable, "-m", "mailout", "worker", "--until-idle"]
     with tempfile.TemporaryFile() as errors:
+        started_at = time.time()
         t0 = time.perf_counter()
         procs = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
                  for _ in range(processes)]
         peaks: list[int] = []
+        cpu: list[float] = []
         failed = []
         for proc in procs:
             _pid, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             peaks.append(usage.ru_maxrss)
+            cpu.append(usage.ru_utime + usage.ru_stime)
             if proc.returncode != 0:
                 failed.append(proc.returncode)
         elapsed = time.perf_counter() - t0
@@ -127,4 +138,4 @@ def run_workers(env: dict[str, str], processes: int) -> tuple[float, list[int]]:
             errors.seek(0)
             tail = errors.read().decode(errors="replace")[-3000:]
             raise RuntimeError(f"worker exited with {failed}:\n{tail}")
-    return elapsed, peaks
+    return WorkerRun(elapsed, started_at, peaks, cpu)
