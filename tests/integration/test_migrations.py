@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, bindparam, inspect, text
@@ -61,3 +64,37 @@ def test_plain_sql_is_available_for_both_dialects() -> None:
     assert "JSONB" in pg
     assert "WHERE status = 'pending'" in pg
     assert "CREATE TABLE mailout_attempts" in migrate.migration_sql("sqlite")
+
+
+def test_the_head_read_from_the_files_is_alembics_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    config = migrate._alembic_config("sqlite://")
+    alembic_head = ScriptDirectory.from_config(config).get_current_head()
+    assert migrate.head_revision() == alembic_head
+
+
+def test_an_unmigrated_database_is_refused_with_the_command_that_fixes_it(
+    tmp_path: Path,
+) -> None:
+    from mailout import db
+    from mailout.exceptions import SchemaMissing
+
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    assert migrate.current_revision(engine) is None
+    with pytest.raises(SchemaMissing, match="mailout db upgrade"):
+        migrate.require_schema(engine)
+    engine.dispose()
+
+
+def test_checking_the_schema_does_not_load_alembic(engine: Engine) -> None:
+    """A worker checks the schema at every start: that must not cost Alembic's import."""
+    import subprocess
+    import sys
+
+    url = engine.url.render_as_string(hide_password=False)
+    code = ("import sys; from mailout import db; from mailout.db import migrate; "
+            f"migrate.require_schema(db.make_engine({url!r})); "
+            "print('alembic' in sys.modules, 'mako' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
