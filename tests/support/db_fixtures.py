@@ -31,7 +31,9 @@ def pg_database_url(pg_server_url: str) -> Iterator[str]:
 def _empty(url: str) -> None:
     engine = db.make_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages, mailout_pauses "
+        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages, mailout_pauses, "
+                          "mailout_events, mailout_suppressions, mailout_suppression_log, "
+                          "mailout_webhook_nonces "
                           "RESTART IDENTITY"))
     engine.dispose()
 

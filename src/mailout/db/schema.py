@@ -176,6 +176,75 @@ pauses = Table(
     CheckConstraint("kind IN ('queue', 'template')", name="kind"),
 )
 
+# Delivery events reported by providers (webhooks) or by mail (DSN, ARF); see
+# mailout.events. An event that matches no outbox row is kept with outbox_id NULL.
+EVENT_TYPES = ("delivered", "bounced", "deferred", "complained", "unsubscribed", "rejected")
+_EVENT_TYPES = ", ".join(f"'{t}'" for t in EVENT_TYPES)
+
+events = Table(
+    "mailout_events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("provider", String(16), nullable=False),
+    Column("provider_event_id", String(255), nullable=False),  # idempotent ingestion
+    Column("type", String(16), nullable=False),
+    Column("subtype", String(32)),  # hard/soft for bounces, the feedback type for complaints
+    Column("recipient", String(320), nullable=False),  # normalised: lower case, no <>
+    Column("outbox_id", Id, ForeignKey("mailout_messages.id", ondelete="SET NULL")),
+    Column("matched_by", String(16)),  # provider_id, message_id or return_path
+    Column("provider_message_id", String(255)),
+    Column("message_id", String(255)),
+    Column("occurred_at", Timestamp, nullable=False),  # when the provider says it happened
+    Column("received_at", Timestamp, nullable=False),
+    Column("diagnostic", String(1000)),
+    Column("payload", Text),  # the provider's record, capped (mailout.events.PAYLOAD_MAX_BYTES)
+    CheckConstraint(f"type IN ({_EVENT_TYPES})", name="type"),
+    Index("ux_mailout_events_provider_event", "provider", "provider_event_id", unique=True),
+    Index("ix_mailout_events_outbox_id", "outbox_id"),
+    Index("ix_mailout_events_recipient", "recipient", "type", "occurred_at"),
+    Index("ix_mailout_events_occurred", "occurred_at"),
+)
+
+# Addresses no mail goes to; a send-time guard cancels mail to them (reason suppressed).
+suppressions = Table(
+    "mailout_suppressions",
+    metadata,
+    Column("address", String(320), primary_key=True),  # normalised like events.recipient
+    Column("reason", String(32), nullable=False),  # hard_bounce, complaint, unsubscribe...
+    Column("event_id", Id, ForeignKey("mailout_events.id", ondelete="SET NULL")),
+    Column("detail", String(200)),
+    Column("created_by", String(200)),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+# Every addition and removal, with who did it and why: a removal is a decision to mail
+# an address that once bounced or complained, and must be accountable.
+suppression_log = Table(
+    "mailout_suppression_log",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("address", String(320), nullable=False),
+    Column("action", String(16), nullable=False),  # added or removed
+    Column("reason", String(32)),
+    Column("event_id", Id),
+    Column("actor", String(200)),
+    Column("note", String(500)),
+    Column("at", Timestamp, nullable=False),
+    CheckConstraint("action IN ('added', 'removed')", name="action"),
+    Index("ix_mailout_suppression_log_address", "address"),
+)
+
+# Signed webhook deliveries already accepted, by their provider-signed nonce: an
+# exact replay is refused. Pruned once older than the signature tolerance.
+webhook_nonces = Table(
+    "mailout_webhook_nonces",
+    metadata,
+    Column("provider", String(16), primary_key=True),
+    Column("nonce", String(255), primary_key=True),
+    Column("seen_at", Timestamp, nullable=False),
+    Index("ix_mailout_webhook_nonces_seen", "seen_at"),
+)
+
 REPLY_TEXT_MAX = 1000
 
 

@@ -1,0 +1,364 @@
+"""SQL for delivery events, the suppression list and webhook replay nonces.
+
+Every function takes a SQLAlchemy ``Connection`` and runs inside the caller's
+transaction. Inserts that must be idempotent (an event redelivered, a nonce seen
+again, an address suppressed twice) use the dialect's insert-or-ignore, so two
+concurrent copies of one webhook store one row: the second waits for the first's
+commit and then inserts nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Float,
+    Insert,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+)
+
+from mailout.db.schema import (
+    db_now,
+    db_now_plus,
+    events,
+    messages,
+    suppression_log,
+    suppressions,
+    webhook_nonces,
+)
+from mailout.events import Event
+
+MATCHED_BY_PROVIDER_ID = "provider_id"
+MATCHED_BY_MESSAGE_ID = "message_id"
+MATCHED_BY_RETURN_PATH = "return_path"
+ADDED = "added"
+REMOVED = "removed"
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """The outbox row an event belongs to, and how it was found."""
+
+    outbox_id: int
+    matched_by: str
+    recipient: str  # the row's recipient, for events that do not name one
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One stored event as operators see it (the payload is left out)."""
+
+    id: int
+    provider: str
+    provider_event_id: str
+    type: str
+    subtype: str | None
+    recipient: str
+    outbox_id: int | None
+    matched_by: str | None
+    provider_message_id: str | None
+    message_id: str | None
+    occurred_at: datetime
+    received_at: datetime
+    diagnostic: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression:
+    """One suppressed address: why, since when, because of which event, added by whom."""
+
+    address: str
+    reason: str
+    event_id: int | None
+    detail: str | None
+    created_by: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionChange:
+    """One line of the suppression log."""
+
+    address: str
+    action: str  # added or removed
+    reason: str | None
+    event_id: int | None
+    actor: str | None
+    note: str | None
+    at: datetime
+
+
+def _cut(value: str | None, limit: int) -> str | None:
+    return value[:limit] if value else None
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite's DateTime binding drops the zone: convert first so the digits are UTC.
+    return _aware(value).astimezone(UTC)
+
+
+def insert_ignore(conn: Connection, table: Table, keys: Sequence[str]) -> Insert:
+    """``INSERT`` that skips a row whose ``keys`` already exist (no error, no update)."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    if name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    return insert(table).prefix_with("IGNORE")  # MySQL and MariaDB
+
+
+# -- linking -------------------------------------------------------------------------
+
+def find_links(conn: Connection, *, provider_ids: Iterable[str] = (),
+               message_ids: Iterable[str] = (), row_ids: Iterable[int] = ()
+               ) -> dict[tuple[str, str], Link]:
+    """Outbox rows by provider id, Message-ID and row id, in at most three queries.
+
+    Keys are ``(MATCHED_BY_..., value)`` with the value as given (row ids as str).
+    Several rows with one provider id (some providers reuse ids) give the newest.
+    """
+    found: dict[tuple[str, str], Link] = {}
+    cols = (messages.c.id, messages.c.recipient)
+    wanted = sorted({p for p in provider_ids if p})
+    if wanted:
+        rows = conn.execute(
+            select(*cols, messages.c.provider_message_id)
+            .where(messages.c.provider_message_id.is_not(None),
+                   messages.c.provider_message_id.in_(wanted))
+            .order_by(messages.c.id))
+        for row_id, rcpt, pid in rows:
+            found[(MATCHED_BY_PROVIDER_ID, pid)] = Link(row_id, MATCHED_BY_PROVIDER_ID, rcpt)
+    wanted = sorted({m for m in message_ids if m})
+    if wanted:
+        rows = conn.execute(select(*cols, messages.c.message_id)
+                            .where(messages.c.message_id.in_(wanted)))
+        for row_id, rcpt, mid in rows:
+            found[(MATCHED_BY_MESSAGE_ID, mid)] = Link(row_id, MATCHED_BY_MESSAGE_ID, rcpt)
+    ids = sorted(set(row_ids))
+    if ids:
+        for row_id, rcpt in conn.execute(select(*cols).where(messages.c.id.in_(ids))):
+            found[(MATCHED_BY_RETURN_PATH, str(row_id))] = Link(
+                row_id, MATCHED_BY_RETURN_PATH, rcpt)
+    return found
+
+
+# -- events --------------------------------------------------------------------------
+
+def store_event(conn: Connection, event: Event, link: Link | None) -> int | None:
+    """Insert ``event``; its new id, or None when (provider, event id) is already stored."""
+    values: dict[str, Any] = {
+        "provider": event.provider.value, "provider_event_id": event.event_id[:255],
+        "type": event.type.value, "subtype": event.subtype,
+        "recipient": (event.recipient or (link.recipient.lower() if link else ""))[:320],
+        "outbox_id": link.outbox_id if link else None,
+        "matched_by": link.matched_by if link else None,
+        "provider_message_id": _cut(event.provider_message_id, 255),
+        "message_id": _cut(event.message_id, 255),
+        "occurred_at": _utc(event.occurred_at), "received_at": db_now(),
+        "diagnostic": event.diagnostic, "payload": event.payload or None,
+    }
+    stmt = insert_ignore(conn, events, ("provider", "provider_event_id"))
+    row = conn.execute(stmt.values(values).returning(events.c.id)).first()
+    return None if row is None else int(row[0])
+
+
+def events_for(conn: Connection, outbox_id: int) -> list[EventRecord]:
+    """Every event linked to one outbox row, oldest first."""
+    stmt = (select(events).where(events.c.outbox_id == outbox_id)
+            .order_by(events.c.occurred_at, events.c.id))
+    return [_event_record(r._mapping) for r in conn.execute(stmt)]
+
+
+def list_events(conn: Connection, *, unmatched: bool = False, types: Sequence[str] = (),
+                provider: str | None = None, limit: int = 50) -> list[EventRecord]:
+    """The newest events matching the filters, newest first."""
+    stmt = select(events).order_by(events.c.id.desc()).limit(limit)
+    if unmatched:
+        stmt = stmt.where(events.c.outbox_id.is_(None))
+    if types:
+        stmt = stmt.where(events.c.type.in_(list(types)))
+    if provider is not None:
+        stmt = stmt.where(events.c.provider == provider)
+    return [_event_record(r._mapping) for r in conn.execute(stmt)]
+
+
+def _event_record(m: Mapping[Any, Any]) -> EventRecord:
+    return EventRecord(
+        id=m["id"], provider=m["provider"], provider_event_id=m["provider_event_id"],
+        type=m["type"], subtype=m["subtype"], recipient=m["recipient"],
+        outbox_id=m["outbox_id"], matched_by=m["matched_by"],
+        provider_message_id=m["provider_message_id"], message_id=m["message_id"],
+        occurred_at=_aware(m["occurred_at"]), received_at=_aware(m["received_at"]),
+        diagnostic=m["diagnostic"],
+    )
+
+
+def event_counts(conn: Connection, since_seconds: float | None = None
+                 ) -> list[tuple[str, str, bool, int]]:
+    """(provider, type, matched, count) over every event, or those received recently."""
+    matched = events.c.outbox_id.is_not(None)
+    stmt = (select(events.c.provider, events.c.type, matched, func.count())
+            .group_by(events.c.provider, events.c.type, matched))
+    if since_seconds is not None:
+        stmt = stmt.where(events.c.received_at >= _ago(since_seconds))
+    return [(p, t, bool(m), int(n)) for p, t, m, n in conn.execute(stmt)]
+
+
+def soft_bounces(conn: Connection, address: str, window_seconds: float) -> int:
+    """Soft bounces of ``address`` that happened within the window (database clock)."""
+    stmt = (select(func.count()).select_from(events)
+            .where(events.c.recipient == address, events.c.type == "bounced",
+                   events.c.subtype == "soft",
+                   events.c.occurred_at >= _ago(window_seconds)))
+    return int(conn.execute(stmt).scalar_one())
+
+
+def rates(conn: Connection, window_seconds: float) -> tuple[int, int, int]:
+    """(messages sent, hard or soft bounces, complaints) within the window."""
+    sent = conn.execute(
+        select(func.count()).select_from(messages)
+        .where(messages.c.sent_at.is_not(None), messages.c.sent_at >= _ago(window_seconds))
+    ).scalar_one()
+    rows = conn.execute(
+        select(events.c.type, func.count()).where(
+            events.c.type.in_(["bounced", "complained"]),
+            events.c.occurred_at >= _ago(window_seconds))
+        .group_by(events.c.type))
+    counts = {str(kind): int(n) for kind, n in rows}
+    return int(sent), int(counts.get("bounced", 0)), int(counts.get("complained", 0))
+
+
+def per_template(conn: Connection, since_seconds: float
+                 ) -> dict[tuple[str, str], tuple[int, int]]:
+    """(template, queue) -> (bounced messages, complained messages), for messages
+    created within the window. Distinct messages: three bounce reports for one
+    message count once."""
+    template = func.coalesce(messages.c.template, "(pre-rendered)")
+    stmt = (
+        select(template, messages.c.queue, events.c.type,
+               func.count(func.distinct(messages.c.id)))
+        .select_from(events.join(messages, events.c.outbox_id == messages.c.id))
+        .where(messages.c.created_at >= _ago(since_seconds),
+               events.c.type.in_(["bounced", "complained"]))
+        .group_by(template, messages.c.queue, events.c.type))
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for tpl, queue, kind, n in conn.execute(stmt):
+        bounced, complained = out.get((tpl, queue), (0, 0))
+        out[(tpl, queue)] = (bounced + n, complained) if kind == "bounced" else (
+            bounced, complained + n)
+    return out
+
+
+def _ago(seconds: float) -> Any:
+    return db_now_plus(bindparam("ago", -float(seconds), Float))
+
+
+# -- suppressions ----------------------------------------------------------------------
+
+def suppress(conn: Connection, address: str, reason: str, *, event_id: int | None = None,
+             detail: str | None = None, actor: str | None = None) -> bool:
+    """Add ``address`` (normalised by the caller); True if it was not suppressed yet.
+
+    The first reason stays: a complaint after a hard bounce changes nothing. Each
+    addition is logged with its reason, event and actor.
+    """
+    stmt = insert_ignore(conn, suppressions, ("address",)).values(
+        address=address, reason=reason, event_id=event_id,
+        detail=_cut(detail, 200), created_by=_cut(actor, 200), created_at=db_now())
+    added = conn.execute(stmt.returning(suppressions.c.address)).first() is not None
+    if added:
+        _log(conn, address, ADDED, reason=reason, event_id=event_id, actor=actor, note=detail)
+    return added
+
+
+def unsuppress(conn: Connection, address: str, *, actor: str, note: str) -> Suppression | None:
+    """Remove ``address``; the removed entry, or None if it was not suppressed.
+    The removal is logged with who removed it and why."""
+    found = get_suppression(conn, address)
+    if found is None:
+        return None
+    conn.execute(delete(suppressions).where(suppressions.c.address == address))
+    _log(conn, address, REMOVED, reason=found.reason, event_id=found.event_id, actor=actor,
+         note=note)
+    return found
+
+
+def _log(conn: Connection, address: str, action: str, *, reason: str | None,
+         event_id: int | None, actor: str | None, note: str | None) -> None:
+    conn.execute(insert(suppression_log).values(
+        address=address, action=action, reason=reason, event_id=event_id,
+        actor=_cut(actor, 200), note=_cut(note, 500),
+        at=db_now()))
+
+
+def get_suppression(conn: Connection, address: str) -> Suppression | None:
+    row = conn.execute(select(suppressions).where(suppressions.c.address == address)).first()
+    return None if row is None else _suppression(row._mapping)
+
+
+def suppressed_among(conn: Connection, addresses: Iterable[str]) -> set[str]:
+    """Those of ``addresses`` (normalised) that are suppressed: one indexed query."""
+    wanted = sorted(set(addresses))
+    if not wanted:
+        return set()
+    stmt = select(suppressions.c.address).where(suppressions.c.address.in_(wanted))
+    return set(conn.scalars(stmt))
+
+
+def list_suppressions(conn: Connection, *, reason: str | None = None,
+                      limit: int = 100) -> list[Suppression]:
+    """The newest suppressions first."""
+    stmt = select(suppressions).order_by(suppressions.c.created_at.desc(),
+                                         suppressions.c.address).limit(limit)
+    if reason is not None:
+        stmt = stmt.where(suppressions.c.reason == reason)
+    return [_suppression(r._mapping) for r in conn.execute(stmt)]
+
+
+def suppression_history(conn: Connection, address: str) -> list[SuppressionChange]:
+    stmt = (select(suppression_log).where(suppression_log.c.address == address)
+            .order_by(suppression_log.c.at, suppression_log.c.id))
+    return [SuppressionChange(address=r.address, action=r.action, reason=r.reason,
+                              event_id=r.event_id, actor=r.actor, note=r.note,
+                              at=_aware(r.at)) for r in conn.execute(stmt)]
+
+
+def _suppression(m: Mapping[Any, Any]) -> Suppression:
+    return Suppression(address=m["address"], reason=m["reason"], event_id=m["event_id"],
+                       detail=m["detail"], created_by=m["created_by"],
+                       created_at=_aware(m["created_at"]))
+
+
+# -- replay nonces ---------------------------------------------------------------------
+
+def claim_nonce(conn: Connection, provider: str, nonce: str) -> bool:
+    """Record a signed delivery's nonce; False when it was already recorded (a replay)."""
+    stmt = insert_ignore(conn, webhook_nonces, ("provider", "nonce")).values(
+        provider=provider, nonce=nonce[:255], seen_at=db_now())
+    return conn.execute(stmt.returning(webhook_nonces.c.nonce)).first() is not None
+
+
+def prune_nonces(conn: Connection, older_than_seconds: float) -> int:
+    """Forget nonces older than the signature tolerance: their timestamps are refused
+    as stale anyway."""
+    stmt = delete(webhook_nonces).where(
+        and_(webhook_nonces.c.seen_at < _ago(older_than_seconds)))
+    return int(conn.execute(stmt).rowcount or 0)
