@@ -13,7 +13,12 @@ Just before sending, a worker asks, in this order:
    enqueue, the default) or ``resolve``: a resolver registered in
    ``MAILOUT_RESOLVERS`` returns the current verified address, or None, which
    cancels it (reason ``no_recipient``).
-4. May it go there? ``MAILOUT_ALLOW_DOMAINS`` cancels other domains (reason
+4. Is the address suppressed? A hard bounce, a complaint, an unsubscribe or
+   repeated soft bounces put it on the suppression list (:mod:`mailout.ingest`);
+   mail to it is cancelled (reason ``suppressed``) and never reaches the transport.
+   The check is one primary-key lookup at send time, so enqueue pays nothing; a
+   database error is a transient failure, never a send.
+5. May it go there? ``MAILOUT_ALLOW_DOMAINS`` cancels other domains (reason
    ``not_allowed``); ``MAILOUT_REDIRECT_TO`` delivers everything to one address
    instead, keeping the original in ``X-Original-To``.
 """
@@ -28,6 +33,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from mailout import validate
+from mailout.db.events import suppressed_among
+from mailout.events import normalize_address
 from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.models import ClaimedMessage
 
@@ -43,7 +50,7 @@ class Proceed:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    reason: str  # stale, no_recipient, not_allowed
+    reason: str  # stale, no_recipient, suppressed, not_allowed
     detail: str
 
 
@@ -67,10 +74,11 @@ class Guards:
     redirect_to: str | None = None
     allow_domains: frozenset[str] | None = None
     schemas: Mapping[str, int] = field(default_factory=dict)  # template -> known version
+    suppression: bool = True  # cancel mail to suppressed addresses (reason suppressed)
 
     @property
     def needs_database(self) -> bool:
-        return bool(self.checks or self.resolvers)
+        return bool(self.checks or self.resolvers or self.suppression)
 
     def verdict(self, msg: ClaimedMessage, engine: Engine | None) -> Verdict:
         """Decide about ``msg``. Runs registered callables on a connection of ``engine``."""
@@ -81,7 +89,7 @@ class Guards:
         check = self.checks.get(msg.template or "")
         resolver = self.resolvers.get(msg.template or "")
         recipient = msg.recipient
-        if (check or resolver) and engine is not None:
+        if (check or resolver or self.suppression) and engine is not None:
             with engine.connect() as conn:
                 try:
                     if check is not None and not check(msg, conn):
@@ -92,6 +100,9 @@ class Guards:
                         if resolved is None:
                             return Cancel("no_recipient", "the resolver found no address")
                         recipient = validate.address("recipient", resolved)
+                    if self.suppression and suppressed_among(
+                            conn, [normalize_address(recipient)]):
+                        return Cancel("suppressed", f"{recipient} is on the suppression list")
                 except InvalidMessage as exc:
                     return Cancel("no_recipient", f"the resolver gave a bad address: {exc}")
                 except Exception as exc:  # a bug or outage in app code: retry, never send

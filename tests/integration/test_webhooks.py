@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-import mailout
 from mailout.db import events as event_sql
 from mailout.db.schema import events, messages, suppressions
+from mailout.enqueue import EnqueueSettings, enqueue
 from mailout.webhooks.app import create_app
 from mailout.webhooks.handler import WebhookHandler
 from mailout.webhooks.settings import WebhookSettings, svix_secret
@@ -87,8 +87,8 @@ def sent_row(engine: Engine, to: str) -> tuple[int, str, str]:
     """An outbox row marked sent with a provider id: (row id, provider id, Message-ID)."""
     pid = f"pid-{uuid.uuid4().hex[:16]}"
     with engine.begin() as conn:
-        result = mailout.enqueue(conn, to=to, subject="Your order", text="Thanks",
-                                 settings=mailout.EnqueueSettings(message_id_domain="shop.example"))
+        result = enqueue(conn, to=to, subject="Your order", text="Thanks",
+                         settings=EnqueueSettings(message_id_domain="shop.example"))
         conn.execute(update(messages).where(messages.c.id == result.id).values(
             status="sent", provider_message_id=pid, sent_at=func.now()))
     return result.id, pid, result.message_id

@@ -20,7 +20,7 @@ import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
-from mailout.cli import common, display, rollout
+from mailout.cli import bounces, common, display, rollout
 from mailout.cli.common import DB_HELP, DEFAULT_WINDOW, PURGE_BATCH, WINDOW_ENV
 from mailout.db import admin, migrate
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
@@ -245,15 +245,22 @@ def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     """Show one message and its attempt timeline.
 
     ID_OR_KEY is a row id or an idempotency key (a Message-ID or provider id works
-    too). The message's params and body are never shown.
+    too). The message's params and body are never shown. Delivery events linked to
+    the message (bounces, complaints, deliveries) follow the timeline.
     """
+    from mailout.db.events import events_for
+
     with common.engine_for(obj).connect() as conn:
         msg, _how = _find(conn, ref)
         log = admin.attempt_log(conn, msg.id)
+        events = events_for(conn, msg.id)
     if as_json:
-        click.echo(display.to_json({"message": msg, "attempts": log}))
+        click.echo(display.to_json({"message": msg, "attempts": log, "events": events}))
         return
-    display.print_message(display.console(), msg, log)
+    out = display.console()
+    display.print_message(out, msg, log)
+    if events:
+        bounces.print_events(out, events, title="Delivery events")
 
 
 @cli.command("trace")
@@ -265,15 +272,21 @@ def trace_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
 
     REF is an idempotency key, a Message-ID (with or without <>), a provider message
     id or a row id. Prints all of them with the created, first attempt, sent and
-    finished times.
+    finished times, and the delivery events (bounces, complaints...) linked to it.
     """
+    from mailout.db.events import events_for
+
     with common.engine_for(obj).connect() as conn:
         msg, how = _find(conn, ref)
+        events = events_for(conn, msg.id)
     doc = display.trace_doc(msg, how)
     if as_json:
-        click.echo(display.to_json(doc))
+        click.echo(display.to_json({**doc, "events": events}))
         return
-    display.print_trace(display.console(), ref, doc)
+    out = display.console()
+    display.print_trace(out, ref, doc)
+    if events:
+        bounces.print_events(out, events, title="Delivery events")
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -429,7 +442,7 @@ def demo_cmd(directory: Path) -> None:
     demo.run(directory, display.console())
 
 
-for _command in rollout.COMMANDS:
+for _command in (*rollout.COMMANDS, *bounces.COMMANDS):
     cli.add_command(_command)
 
 

@@ -86,7 +86,8 @@ def resolve_cmd(obj: dict[str, Any], ids: tuple[int, ...], as_sent: bool, as_ret
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def report_cmd(obj: dict[str, Any], since: str, as_json: bool) -> None:
-    """Per template and queue: enqueued, sent, failed, dead, cancelled, pending, time to send.
+    """Per template and queue: enqueued, sent, failed, dead, cancelled, pending, time to
+    send, and bounced and complained messages with their rates (of those sent).
 
     Compare these counts with your business events during a rollout.
     """
@@ -102,13 +103,19 @@ def report_cmd(obj: dict[str, Any], since: str, as_json: bool) -> None:
         return
     out = display.console()
     table = display.table("template", "queue", "enqueued", "sent", "failed", "dead",
-                          "cancelled", "pending", "median", "p95", title=f"since {since}")
+                          "cancelled", "pending", "median", "p95", "bounced", "complained",
+                          title=f"since {since}")
     for r in rows:
         cancelled = ", ".join(f"{k} {v}" for k, v in sorted(r.cancelled.items())) or "0"
         table.add_row(r.template, r.queue, str(r.enqueued), str(r.sent), str(r.failed),
                       str(r.dead), cancelled, str(r.pending),
-                      display.age(r.median_seconds_to_send), display.age(r.p95_seconds_to_send))
+                      display.age(r.median_seconds_to_send), display.age(r.p95_seconds_to_send),
+                      _rate(r.bounced, r.bounce_rate), _rate(r.complained, r.complaint_rate))
     out.print(table)
+
+
+def _rate(count: int, rate: float | None) -> str:
+    return str(count) if rate is None else f"{count} ({rate:.1%})"
 
 
 COMMANDS = (pause_cmd, resume_cmd, resolve_cmd, report_cmd)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, Connection, case, func, literal_column, select
 
 from mailout.db import dialects
+from mailout.db.events import per_template
 from mailout.db.schema import db_now, messages
 from mailout.models import Status
 from mailout.timeutil import aware
@@ -28,14 +29,19 @@ class ReportRow:
     cancelled: dict[str, int] = field(default_factory=dict)  # by reason
     median_seconds_to_send: float | None = None
     p95_seconds_to_send: float | None = None
+    bounced: int = 0  # messages with a bounce event (hard or soft)
+    complained: int = 0  # messages with a complaint event
+    bounce_rate: float | None = None  # bounced / sent; None before anything was sent
+    complaint_rate: float | None = None
 
 
 def rollout_report(conn: Connection, since: timedelta) -> list[ReportRow]:
     """Per template and queue, for messages created within ``since`` of now (DB clock).
 
     This is the count comparison a rollout needs: events in, e-mails queued, sent,
-    failed, cancelled. It reads the rows created in the window (an index on
-    ``created_at``), so keep the window to days, not months.
+    failed, cancelled; and how many of the sent came back as bounces or complaints.
+    It reads the rows created in the window (an index on ``created_at``), so keep the
+    window to days, not months.
     """
     now = conn.execute(select(db_now())).scalar_one()
     cutoff = now - since
@@ -56,6 +62,13 @@ def rollout_report(conn: Connection, since: timedelta) -> list[ReportRow]:
     for key, seconds in waits.items():
         out[key].median_seconds_to_send = statistics.median(seconds)
         out[key].p95_seconds_to_send = _p95(seconds)
+    for key, (bounced, complained) in per_template(conn, since.total_seconds()).items():
+        if key in out:
+            out[key].bounced, out[key].complained = bounced, complained
+    for row in out.values():
+        if row.sent:
+            row.bounce_rate = row.bounced / row.sent
+            row.complaint_rate = row.complained / row.sent
     return [out[k] for k in sorted(out)]
 
 
