@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mailout import envparse, validate
+from mailout.events import ReturnPath
 from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.logs import LogRecipients
 from mailout.models import OnUnknown
@@ -40,6 +41,15 @@ def _log_recipients(name: str, raw: str) -> LogRecipients:
         return LogRecipients(raw.strip().lower())
     except ValueError:
         raise ConfigError(name, f"must be masked, full or off, got {raw!r}") from None
+
+
+def _return_path(name: str, raw: str) -> str:
+    ReturnPath(raw.strip())  # validate now, at startup
+    try:
+        validate.address(name, raw.strip().replace("{id}", "1"))
+    except InvalidMessage as exc:
+        raise ConfigError(name, exc.reason) from None
+    return raw.strip()
 
 
 def _lanes(name: str, raw: str) -> str:
@@ -83,6 +93,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", envparse.text, "Idempotency-Key"),
     "mail_from": ("MAIL_FROM", envparse.text, None),
     "transport_url": ("MAILOUT_TRANSPORT", envparse.text, None),
+    "return_path": ("MAILOUT_RETURN_PATH", _return_path, None),
 }
 
 ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
@@ -119,6 +130,7 @@ class Settings:
     mail_from: str | None
     transport_url: str | None = field(repr=False)  # may hold a password or an API key
     transport: TransportSpec = field(repr=False)  # parsed at load, with its own variables
+    return_path: str | None = None  # VERP envelope sender, e.g. bounces+{id}@shop.example
 
     @property
     def retry_policy(self) -> RetryPolicy:

@@ -27,6 +27,7 @@ from typing import Any
 import jinja2
 
 from mailout import mime
+from mailout.events import ReturnPath
 from mailout.exceptions import RenderError
 from mailout.models import ClaimedMessage, Mailbox
 from mailout.templates import HTML_FILE, SUBJECT_FILE, TEXT_FILE, validate_template_name
@@ -68,6 +69,9 @@ class Renderer:
     ``mail_from`` is the default From (``addr`` or ``Name <addr>``), used when a
     message has no sender. Raises ValueError for a bad ``mail_from`` or
     ``idempotency_header``. ``clock`` returns "now" for the Date header (tests).
+    ``return_path`` (``MAILOUT_RETURN_PATH``, e.g. ``bounces+{id}@shop.example``) makes
+    the envelope sender carry the row id, so bounce mail names its row; ConfigError
+    for a template without one ``{id}``.
     Templates are compiled once and cached for the life of the Renderer: edits
     on disk are not picked up until the process restarts.
     """
@@ -79,12 +83,15 @@ class Renderer:
         mail_from: str,
         idempotency_header: str = "Idempotency-Key",
         clock: Callable[[], datetime] | None = None,
+        return_path: str | None = None,
     ) -> None:
         if not _HEADER_NAME_RE.fullmatch(idempotency_header) or _is_own(idempotency_header):
             raise ValueError(f"bad idempotency header name {idempotency_header!r}")
         self._from = _mailbox("From", mail_from)
         self._from_header = mime.address("From", [self._from])
         self._mail_from = mail_from
+        # VERP: a per-message envelope sender, so that a bounce names its row.
+        self._return_path = ReturnPath(return_path) if return_path else None
         self._idempotency_header = idempotency_header
         self._clock = clock or (lambda: datetime.now(UTC))
         self._last_date: tuple[datetime | None, str] = (None, "")
@@ -217,6 +224,7 @@ class Renderer:
             text=text,
             html=html,
             headers=tuple(extras.items()),
+            return_path=self._return_path.for_row(msg.id) if self._return_path else None,
             # Everything that can fail was checked above: building the wire form later
             # (only for transports that need it) cannot raise.
             wire_builder=functools.partial(mime.build, head, text, html),

@@ -115,6 +115,10 @@ FORBIDDEN = {
                         "mailout.metrics", "mailout.render", "mailout.attempt"},
     "mailout.metrics": {"mailout.worker", "mailout.cli", "mailout.transports"},
     "mailout.worker": {"mailout.cli"},
+    "mailout.webhooks": {"mailout.worker", "mailout.transports", "mailout.cli",
+                         "mailout.render", "mailout.attempt", "mailout.metrics"},
+    "mailout.dsn": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
+    "mailout.events": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
 }
 # Plain records and pure helpers: they import nothing of mailout's.
 LEAVES = ("mailout.models", "mailout.exceptions", "mailout.timeutil")

@@ -322,3 +322,19 @@ def test_unicode_round_trips(renderer: Renderer, subject: str, text: str) -> Non
     assert parsed["Subject"] == subject.strip()
     expected = text if text.endswith("\n") else text + "\n"
     assert body(parsed, "plain") == expected
+
+
+def test_return_path_puts_the_row_id_in_the_envelope_sender() -> None:
+    from mailout.exceptions import ConfigError
+
+    renderer = Renderer(None, mail_from="Shop <shop@example.com>",
+                        return_path="bounces+{id}@shop.example")
+    msg = claimed(id=4242)
+    envelope = renderer.render(msg)
+    assert envelope.return_path == "bounces+4242@shop.example"
+    assert envelope.mail_from == "bounces+4242@shop.example"
+    assert b"bounces+4242" not in envelope.wire  # an envelope matter, not a header
+    assert Renderer(None, mail_from="shop@example.com").render(msg).mail_from == \
+        "shop@example.com"
+    with pytest.raises(ConfigError):
+        Renderer(None, mail_from="shop@example.com", return_path="bounces@shop.example")

@@ -3,11 +3,13 @@
 Owns the schema (``schema``), engines (``engine``), migrations (``migrate`` and
 ``migrations/``), the enqueue INSERT (``inserts``), the worker's claims, completions
 and leases (``leasing``), operator switches (``pauses``), operator reads and changes
-(``admin``), reports and gauges (``stats``) and PostgreSQL LISTEN (``notifications``).
+(``admin``), reports and gauges (``stats``), delivery events, suppressions and
+webhook nonces (``events``) and PostgreSQL LISTEN (``notifications``).
 Dialect differences are answered by the capability functions in ``dialects``; no
 caller outside this package asks which database it is talking to.
 
-May import: ``mailout.models``, ``mailout.exceptions``, ``mailout.timeutil``.
+May import: ``mailout.models``, ``mailout.exceptions``, ``mailout.timeutil``,
+``mailout.events`` (plain event records).
 Never imports the worker, the transports, the CLI or the metrics packages.
 
 The engine helpers are re-exported here (``db.make_engine``). The migration helpers

@@ -7,9 +7,10 @@ takes an ``Engine`` or a ``Connection``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Insert, Table, insert, text
 
 POSTGRESQL: Final = "postgresql"
 SQLITE: Final = "sqlite"
@@ -55,3 +56,18 @@ def limit_statement_time(conn: Connection, milliseconds: int) -> None:
     database allows it per transaction; elsewhere do nothing."""
     if name_of(conn) == POSTGRESQL:
         conn.execute(text(f"SET LOCAL statement_timeout = {int(milliseconds)}"))
+
+
+def insert_ignoring_duplicates(bind: Bind, table: Table, keys: Sequence[str]) -> Insert:
+    """An INSERT that skips a row whose ``keys`` (a unique index) already exist: no
+    error, no update; with RETURNING, a skipped row returns nothing. A concurrent
+    insert of the same keys waits for the first to commit, then skips."""
+    if name_of(bind) == POSTGRESQL:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    if name_of(bind) == SQLITE:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+    return insert(table).prefix_with("IGNORE")  # MySQL and MariaDB

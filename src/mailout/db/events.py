@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     Float,
-    Insert,
-    Table,
     and_,
     bindparam,
     delete,
@@ -27,6 +25,7 @@ from sqlalchemy import (
     select,
 )
 
+from mailout.db import dialects
 from mailout.db.schema import (
     db_now,
     db_now_plus,
@@ -37,6 +36,7 @@ from mailout.db.schema import (
     webhook_nonces,
 )
 from mailout.events import Event
+from mailout.timeutil import aware
 
 MATCHED_BY_PROVIDER_ID = "provider_id"
 MATCHED_BY_MESSAGE_ID = "message_id"
@@ -102,27 +102,9 @@ def _cut(value: str | None, limit: int) -> str | None:
     return value[:limit] if value else None
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _utc(value: datetime) -> datetime:
     # SQLite's DateTime binding drops the zone: convert first so the digits are UTC.
-    return _aware(value).astimezone(UTC)
-
-
-def insert_ignore(conn: Connection, table: Table, keys: Sequence[str]) -> Insert:
-    """``INSERT`` that skips a row whose ``keys`` already exist (no error, no update)."""
-    name = conn.dialect.name
-    if name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(table).on_conflict_do_nothing(index_elements=list(keys))
-    if name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
-    return insert(table).prefix_with("IGNORE")  # MySQL and MariaDB
+    return aware(value)
 
 
 # -- linking -------------------------------------------------------------------------
@@ -175,7 +157,7 @@ def store_event(conn: Connection, event: Event, link: Link | None) -> int | None
         "occurred_at": _utc(event.occurred_at), "received_at": db_now(),
         "diagnostic": event.diagnostic, "payload": event.payload or None,
     }
-    stmt = insert_ignore(conn, events, ("provider", "provider_event_id"))
+    stmt = dialects.insert_ignoring_duplicates(conn, events, ("provider", "provider_event_id"))
     row = conn.execute(stmt.values(values).returning(events.c.id)).first()
     return None if row is None else int(row[0])
 
@@ -206,7 +188,7 @@ def _event_record(m: Mapping[Any, Any]) -> EventRecord:
         type=m["type"], subtype=m["subtype"], recipient=m["recipient"],
         outbox_id=m["outbox_id"], matched_by=m["matched_by"],
         provider_message_id=m["provider_message_id"], message_id=m["message_id"],
-        occurred_at=_aware(m["occurred_at"]), received_at=_aware(m["received_at"]),
+        occurred_at=aware(m["occurred_at"]), received_at=aware(m["received_at"]),
         diagnostic=m["diagnostic"],
     )
 
@@ -280,7 +262,7 @@ def suppress(conn: Connection, address: str, reason: str, *, event_id: int | Non
     The first reason stays: a complaint after a hard bounce changes nothing. Each
     addition is logged with its reason, event and actor.
     """
-    stmt = insert_ignore(conn, suppressions, ("address",)).values(
+    stmt = dialects.insert_ignoring_duplicates(conn, suppressions, ("address",)).values(
         address=address, reason=reason, event_id=event_id,
         detail=_cut(detail, 200), created_by=_cut(actor, 200), created_at=db_now())
     added = conn.execute(stmt.returning(suppressions.c.address)).first() is not None
@@ -338,20 +320,20 @@ def suppression_history(conn: Connection, address: str) -> list[SuppressionChang
             .order_by(suppression_log.c.at, suppression_log.c.id))
     return [SuppressionChange(address=r.address, action=r.action, reason=r.reason,
                               event_id=r.event_id, actor=r.actor, note=r.note,
-                              at=_aware(r.at)) for r in conn.execute(stmt)]
+                              at=aware(r.at)) for r in conn.execute(stmt)]
 
 
 def _suppression(m: Mapping[Any, Any]) -> Suppression:
     return Suppression(address=m["address"], reason=m["reason"], event_id=m["event_id"],
                        detail=m["detail"], created_by=m["created_by"],
-                       created_at=_aware(m["created_at"]))
+                       created_at=aware(m["created_at"]))
 
 
 # -- replay nonces ---------------------------------------------------------------------
 
 def claim_nonce(conn: Connection, provider: str, nonce: str) -> bool:
     """Record a signed delivery's nonce; False when it was already recorded (a replay)."""
-    stmt = insert_ignore(conn, webhook_nonces, ("provider", "nonce")).values(
+    stmt = dialects.insert_ignoring_duplicates(conn, webhook_nonces, ("provider", "nonce")).values(
         provider=provider, nonce=nonce[:255], seen_at=db_now())
     return conn.execute(stmt.returning(webhook_nonces.c.nonce)).first() is not None
 

@@ -22,7 +22,7 @@ from mailout.ingest import (
     Policy,
     ReturnPath,
 )
-from mailout.policy import parse_duration
+from mailout.policy import setting_seconds
 
 DEFAULT_TOLERANCE = 300.0  # seconds a signature timestamp may be off, either way
 DEFAULT_SNS_TOLERANCE = 3600.0  # SNS signs at publish time and retries the same copy
@@ -160,11 +160,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> WebhookSetti
     if (raw := get("MAILOUT_WEBHOOK_BREVO_TOKEN")) is not None:
         values["brevo_token"] = _secret("MAILOUT_WEBHOOK_BREVO_TOKEN", raw)
     if (raw := get("MAILOUT_WEBHOOK_TOLERANCE")) is not None:
-        values["tolerance"] = parse_duration(raw, "MAILOUT_WEBHOOK_TOLERANCE")
+        values["tolerance"] = setting_seconds(raw, "MAILOUT_WEBHOOK_TOLERANCE")
     if (raw := get("MAILOUT_WEBHOOK_MAX_BYTES")) is not None:
         values["max_bytes"] = _int("MAILOUT_WEBHOOK_MAX_BYTES", raw, 1024)
     if (raw := get("MAILOUT_EVENT_RATE_WINDOW")) is not None:
-        values["rate_window"] = parse_duration(raw, "MAILOUT_EVENT_RATE_WINDOW")
+        values["rate_window"] = setting_seconds(raw, "MAILOUT_EVENT_RATE_WINDOW")
     if (raw := get("MAILOUT_EVENT_RATE_MIN_SENT")) is not None:
         values["rate_min_sent"] = _int("MAILOUT_EVENT_RATE_MIN_SENT", raw, 1)
     if (raw := get("MAILOUT_BOUNCE_RATE_ALERT")) is not None:
@@ -191,6 +191,6 @@ def load_policy(env: Mapping[str, str] | None = None) -> Policy:
         return_path=ReturnPath(template) if template else None,
         soft_bounce_limit=(_int("MAILOUT_SOFT_BOUNCE_LIMIT", limit, 1) if limit
                            else DEFAULT_SOFT_BOUNCE_LIMIT),
-        soft_bounce_window=(parse_duration(window, "MAILOUT_SOFT_BOUNCE_WINDOW") if window
+        soft_bounce_window=(setting_seconds(window, "MAILOUT_SOFT_BOUNCE_WINDOW") if window
                             else DEFAULT_SOFT_BOUNCE_WINDOW),
     )

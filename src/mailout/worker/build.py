@@ -48,6 +48,7 @@ def build_worker(
     policies = settings.policies()
     name = worker_name()
     renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
+                        return_path=settings.return_path,
                         idempotency_header=settings.idempotency_header)
     lanes = settings.lane_list(queues)
     guards = _guards(settings)
