@@ -94,6 +94,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "mail_from": ("MAIL_FROM", envparse.text, None),
     "transport_url": ("MAILOUT_TRANSPORT", envparse.text, None),
     "return_path": ("MAILOUT_RETURN_PATH", _return_path, None),
+    "suppression": ("MAILOUT_SUPPRESSION", envparse.boolean, True),
 }
 
 ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
@@ -131,6 +132,7 @@ class Settings:
     transport_url: str | None = field(repr=False)  # may hold a password or an API key
     transport: TransportSpec = field(repr=False)  # parsed at load, with its own variables
     return_path: str | None = None  # VERP envelope sender, e.g. bounces+{id}@shop.example
+    suppression: bool = True  # cancel mail to suppressed addresses at send time
 
     @property
     def retry_policy(self) -> RetryPolicy:

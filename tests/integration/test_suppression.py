@@ -144,3 +144,12 @@ def test_verp_return_path_is_the_envelope_sender_and_links_bounce_mail(
     with engine.connect() as conn:
         [event] = event_sql.events_for(conn, rid)
     assert (event.matched_by, event.type, event.subtype) == ("return_path", "bounced", "hard")
+
+
+def test_the_check_can_be_turned_off(engine: Engine, db_url: str,
+                                     smtp_server: SmtpTestServer) -> None:
+    with engine.begin() as conn:
+        event_sql.suppress(conn, "gone@example.com", "manual", actor="test")
+    rid = _enqueue(engine, "gone@example.com", "k1")
+    run_until_idle(settings_for(db_url, smtp_server, MAILOUT_SUPPRESSION="false"))
+    assert _row(engine, rid)["status"] == "sent"

@@ -121,6 +121,8 @@ class WebhookHandler:
 
     def too_large(self, provider: str) -> Reply:
         """The 413 for a body refused while it was still being read."""
+        if provider not in self.receivers:
+            return self.handle(provider, {}, b"")  # the 404, as for any unknown provider
         reply = Reply(413, {"error": base.TOO_LARGE, "reason": "the body is larger than "
                             f"{self.settings.max_bytes} bytes"})
         self.requests.labels(provider, base.TOO_LARGE).inc()

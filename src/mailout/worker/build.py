@@ -92,6 +92,7 @@ def _guards(settings: Settings) -> Guards:
         redirect_to=settings.redirect_to,
         allow_domains=parse_domains(settings.allow_domains),
         schemas=known_schemas(settings.templates_dir),
+        suppression=settings.suppression,
     )
     if guards.redirect_to:
         log.warning("*** MAILOUT_REDIRECT_TO is set: EVERY message goes to %s instead of "
