@@ -83,7 +83,9 @@ def batch(n: int, tag: str) -> list[Message]:
 
 def reset(engine: Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages RESTART IDENTITY"))
+        # CASCADE: delivery events and suppressions reference the rows.
+        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages RESTART IDENTITY "
+                          "CASCADE"))
 
 
 def analyze(engine: Engine) -> None:

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, insert, select
@@ -43,12 +44,13 @@ MAILOUT = str(Path(sys.executable).parent / "mailout")
 def seed(url: str, rows: int) -> None:
     engine = db.make_engine(url)
     migrate.upgrade(engine)
+    now = datetime.now(UTC)
     with engine.begin() as conn:
         conn.execute(insert(messages), [{
             "idempotency_key": f"k{i}", "recipient": f"r{i}@example.com",
             "message_id": f"<m{i}@shop.example>", "status": "sent",
             "provider_message_id": f"re_{i}", "subject": "s", "body_text": "t",
-            "next_attempt_at": func.now(), "created_at": func.now(), "sent_at": func.now(),
+            "next_attempt_at": now, "created_at": now, "sent_at": now,
         } for i in range(rows)])
     engine.dispose()
 

@@ -16,8 +16,9 @@ Just before sending, a worker asks, in this order:
 4. Is the address suppressed? A hard bounce, a complaint, an unsubscribe or
    repeated soft bounces put it on the suppression list (:mod:`mailout.ingest`);
    mail to it is cancelled (reason ``suppressed``) and never reaches the transport.
-   The check is one primary-key lookup at send time, so enqueue pays nothing; a
-   database error is a transient failure, never a send.
+   The claim reads the list for each row it leases (``ClaimedMessage.suppressed``),
+   so the check costs no extra query and enqueue pays nothing; an address found by
+   a resolver is looked up on the resolver's connection.
 5. May it go there? ``MAILOUT_ALLOW_DOMAINS`` cancels other domains (reason
    ``not_allowed``); ``MAILOUT_REDIRECT_TO`` delivers everything to one address
    instead, keeping the original in ``X-Original-To``.
@@ -78,7 +79,7 @@ class Guards:
 
     @property
     def needs_database(self) -> bool:
-        return bool(self.checks or self.resolvers or self.suppression)
+        return bool(self.checks or self.resolvers)
 
     def verdict(self, msg: ClaimedMessage, engine: Engine | None) -> Verdict:
         """Decide about ``msg``. Runs registered callables on a connection of ``engine``."""
@@ -89,7 +90,9 @@ class Guards:
         check = self.checks.get(msg.template or "")
         resolver = self.resolvers.get(msg.template or "")
         recipient = msg.recipient
-        if (check or resolver or self.suppression) and engine is not None:
+        if self.suppression and msg.suppressed:
+            return Cancel("suppressed", f"{recipient} is on the suppression list")
+        if (check or resolver) and engine is not None:
             with engine.connect() as conn:
                 try:
                     if check is not None and not check(msg, conn):
@@ -100,7 +103,7 @@ class Guards:
                         if resolved is None:
                             return Cancel("no_recipient", "the resolver found no address")
                         recipient = validate.address("recipient", resolved)
-                    if self.suppression and suppressed_among(
+                    if self.suppression and recipient != msg.recipient and suppressed_among(
                             conn, [normalize_address(recipient)]):
                         return Cancel("suppressed", f"{recipient} is on the suppression list")
                 except InvalidMessage as exc:

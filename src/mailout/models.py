@@ -84,6 +84,7 @@ class ClaimedMessage:
     event_ref: str | None = None  # the business event, for send-time staleness checks
     event_version: str | None = None
     schema_version: int | None = None  # the payload schema the enqueuing code wrote
+    suppressed: bool = False  # the recipient was on the suppression list when claimed
 
 
 @dataclass(frozen=True, slots=True)

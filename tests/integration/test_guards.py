@@ -203,3 +203,22 @@ def test_shutdown_releases_rows_that_never_reached_the_transport(
     assert (released["status"], released["attempts"]) == ("pending", 0)
     assert released["lease_token"] is None
     assert smtp_server.messages == []
+
+
+def test_an_address_found_by_a_resolver_is_checked_against_the_suppression_list(
+    engine: Engine, db_url: str, smtp_server: SmtpTestServer, templates: Path
+) -> None:
+    from mailout.db.events import suppress
+
+    app.create_all(engine)
+    cfg = EnqueueSettings(templates_dir=templates, message_id_domain="x.example.com")
+    with engine.begin() as conn:
+        conn.execute(insert(users).values(id="u-suppressed", email="New@Example.com"))
+        suppress(conn, "new@example.com", "complaint", actor="test")
+        rid = enqueue(conn, to="old@example.com", template="account_alert",
+                      params={"user_id": "u-suppressed"}, settings=cfg).id
+    run_until_idle(settings_for(db_url, smtp_server, MAILOUT_TEMPLATES=templates,
+                                MAILOUT_RESOLVERS=RESOLVERS))
+    assert (row(engine, rid)["status"], row(engine, rid)["reason"]) == ("cancelled",
+                                                                        "suppressed")
+    assert smtp_server.messages == []

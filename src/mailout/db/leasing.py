@@ -26,6 +26,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     func,
     insert,
     or_,
@@ -44,6 +45,7 @@ from mailout.db.schema import (
     db_now_plus,
     json_default,
     messages,
+    suppressions,
 )
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
 from mailout.timeutil import aware
@@ -99,6 +101,12 @@ def _due_cte(limit: Any, filters: list[ColumnElement[bool]]) -> Any:
     return both.cte("due").prefix_with("MATERIALIZED")
 
 
+# Whether the recipient is on the suppression list, read by the claim itself: one
+# primary-key probe per claimed row inside the statement, instead of a query per send.
+_SUPPRESSED = exists().where(
+    suppressions.c.address == func.lower(messages.c.recipient)).label("suppressed")
+
+
 def claim(
     conn: Connection,
     *,
@@ -140,7 +148,7 @@ def claim(
     if not prev:
         return []
     plain = update(messages).where(messages.c.id.in_(list(prev))).values(_LEASE)
-    updated = conn.execute(plain.returning(messages), params)
+    updated = conn.execute(plain.returning(messages, _SUPPRESSED), params)
     return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
 
 
@@ -170,7 +178,8 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
         update(messages)
         .where(messages.c.id == due.c.id)
         .values(_LEASE)
-        .returning(messages, due.c.prev_status, due.c.prev_owner, due.c.prev_started)
+        .returning(messages, due.c.prev_status, due.c.prev_owner, due.c.prev_started,
+                   _SUPPRESSED)
     )
 
 
@@ -206,6 +215,7 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         event_ref=m["event_ref"],
         event_version=m["event_version"],
         schema_version=m["schema_version"],
+        suppressed=bool(m.get("suppressed")),
     )
 
 
