@@ -9,6 +9,7 @@ attempt and never raises for a problem with the message or the provider.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -20,10 +21,10 @@ from sqlalchemy import Engine
 from mailout.exceptions import RenderError
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.logs import LogRecipients, log_send, redact_addresses
-from mailout.models import ClaimedMessage, Completion, OnUnknown, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, Contact, OnUnknown, Outcome, Status
 from mailout.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.render import Renderer
-from mailout.transports.base import Decision, SendResult, Transport
+from mailout.transports.base import Decision, Envelope, SendResult, Transport
 
 log = logging.getLogger("mailout.worker.runtime")
 
@@ -49,14 +50,24 @@ class Context:
         return self.queue_policies.get(queue, self.policy)
 
 
+_CONTACT = {Decision.PAUSE: Contact.PAUSE, Decision.OUTAGE: Contact.OUTAGE}
+
+
 def decide(
     msg: ClaimedMessage,
     result: SendResult,
     *,
     ctx: Context,
     pause_seconds: float,
+    outage_seconds: float | None = None,
 ) -> Completion:
-    """The row's next state after a send that ended in ``result``."""
+    """The row's next state after a send that ended in ``result``.
+
+    PAUSE and OUTAGE are not the message's fault: the row goes back to ``pending``
+    uncharged (``pause_seconds`` / ``outage_seconds`` from now), and its attempt is
+    logged as not charged. During an outage a message dies only by its age limit
+    (``max_age``), never by ``max_attempts``.
+    """
     base = Completion(
         id=msg.id,
         lease_token=msg.lease_token,
@@ -71,6 +82,7 @@ def decide(
         enhanced_code=result.enhanced,
         reply_text=result.text,
         detail=result.detail,
+        contact=_CONTACT.get(result.decision, Contact.ANSWERED),
     )
     decision = result.decision
     if decision is Decision.SENT:
@@ -83,7 +95,9 @@ def decide(
         # uncharged, to be tried once the transport works again.
         return replace(base, outcome=Outcome.PAUSED, status=Status.PENDING,
                        delay_seconds=pause_seconds, uncharge=True, reason=result.reason)
-    # RETRY, OUTAGE and UNKNOWN: resend later with the same Message-ID and key, so that
+    if decision is Decision.OUTAGE:
+        return _outage(msg, base, result, outage_seconds or pause_seconds)
+    # RETRY and UNKNOWN: resend later with the same Message-ID and key, so that
     # a provider that did accept the first copy can recognise the second.
     step = after_transient_failure(
         ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
@@ -100,6 +114,16 @@ def decide(
     delay = max(step.delay_seconds, result.retry_after or 0.0)
     return replace(base, outcome=outcome_kind, status=Status.PENDING,
                    delay_seconds=delay, reason=result.reason)
+
+
+def _outage(msg: ClaimedMessage, base: Completion, result: SendResult,
+            delay: float) -> Completion:
+    """The provider could not be reached: back to pending uncharged, unless too old."""
+    if is_expired(msg.claimed_at, msg.expires_at):
+        return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
+                                      uncharge=True, reason="max_age"))
+    return replace(base, outcome=Outcome.OUTAGE, status=Status.PENDING, uncharge=True,
+                   delay_seconds=max(delay, result.retry_after or 0.0), reason=result.reason)
 
 
 def _given_up(msg: ClaimedMessage, completion: Completion) -> Completion:
@@ -120,7 +144,8 @@ def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
     return _given_up(msg, Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.DEAD,
         status=Status.DEAD, started_at=msg.claimed_at, worker=ctx.worker,
-        recipient=msg.recipient, reason="expired", detail="past its age limit when claimed",
+        recipient=msg.recipient, reason="max_age", detail="past its age limit when claimed",
+        uncharge=True,  # nothing was sent
     ))
 
 
@@ -180,31 +205,92 @@ def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Comp
     )
 
 
+def crashed(msg: ClaimedMessage, ctx: Context, error: BaseException, *,
+            handed_over: bool) -> Completion:
+    """The completion for an attempt that raised where no exception was expected.
+
+    A charged retry under the retry policy (so a message that always crashes ends
+    ``dead`` at ``max_attempts``, with an alert); ``unknown`` when the content may
+    already have been handed to the transport. Never left to lease expiry.
+    """
+    step = after_transient_failure(
+        ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
+        expires_at=msg.expires_at, rng=ctx.rng,
+    )
+    base = Completion(
+        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts,
+        outcome=Outcome.UNKNOWN if handed_over else Outcome.RETRY, status=Status.PENDING,
+        started_at=msg.claimed_at, worker=ctx.worker, recipient=msg.recipient,
+        reason="internal_error", detail=f"{type(error).__name__}: {error}"[:200],
+    )
+    if isinstance(step, GiveUp):
+        return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
+                                      reason=step.reason))
+    return replace(base, delay_seconds=step.delay_seconds)
+
+
+def _render(msg: ClaimedMessage, ctx: Context) -> Envelope:
+    """Render ``msg``. Any error, including one building the wire form later inside
+    the transport, is a RenderError: the message cannot be sent as it is."""
+    try:
+        envelope = ctx.renderer.render(msg)
+    except RenderError:
+        raise
+    except Exception as exc:  # a renderer bug on odd input: permanent for this message
+        raise RenderError(msg.template, f"{type(exc).__name__}: {exc}") from exc
+    if envelope.wire_builder is None:
+        return envelope
+    return replace(envelope, wire_builder=functools.partial(_wire, envelope.wire_builder,
+                                                            msg.template))
+
+
+def _wire(build: Callable[[], bytes], template: str | None) -> bytes:
+    try:
+        return build()
+    except Exception as exc:  # raised before any byte of the content can have left
+        raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
+
+
 async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
+              outage_seconds: float | None = None,
               on_send: Callable[[], None] | None = None) -> Completion:
-    """Attempt ``msg`` once and return how it ended. Raises only on cancellation."""
+    """Attempt ``msg`` once and return how it ended. Raises only on cancellation.
+
+    Every error ends the attempt with a decision: a render or validation error
+    (also one raised while the transport builds the wire form) ``failed`` with
+    ``render_error``; an unexpected error in a guard, a charged retry; an unexpected
+    error from the transport, :func:`crashed`.
+    """
     if msg.reclaimed and ctx.on_unknown is OnUnknown.HOLD:
         return parked(msg, ctx)
     if is_expired(msg.claimed_at, msg.expires_at):
         return expired(msg, ctx)
-    verdict = await _verdict(msg, ctx)
+    try:
+        verdict = await _verdict(msg, ctx)
+    except Exception as exc:  # a bug in a guard: retry, charged, never send unchecked
+        log.error("guard crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__)
+        return _guarded(msg, ctx, Retry(f"{type(exc).__name__} in a send-time check"))
     if not isinstance(verdict, Proceed):
         # The verdict may quote an address or an application's exception text.
         log.info("guard stopped id=%s key=%s: %s", msg.id, msg.key,
                  redact_addresses(str(verdict), ctx.log_recipients))
         return _guarded(msg, ctx, verdict)
     msg = verdict.message
+    started = time.monotonic()
     try:
-        envelope = ctx.renderer.render(msg)
+        envelope = _render(msg, ctx)
+        if on_send is not None:
+            on_send()  # from here on, a cancelled attempt's outcome is unknown
+        result = await ctx.transport.send(envelope)
     except RenderError as exc:
         log.error("render failed id=%s key=%s template=%s: %s", msg.id, msg.key,
                   msg.template, exc.reason)
         return render_failed(msg, ctx, exc)
-    started = time.monotonic()
-    if on_send is not None:
-        on_send()  # from here on, a cancelled attempt's outcome is unknown
-    result = await ctx.transport.send(envelope)
-    completion = decide(msg, result, ctx=ctx, pause_seconds=pause_seconds)
+    except Exception as exc:  # a transport bug: it may have sent, so not "failed"
+        log.error("transport crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__)
+        return crashed(msg, ctx, exc, handed_over=True)
+    completion = decide(msg, result, ctx=ctx, pause_seconds=pause_seconds,
+                        outage_seconds=outage_seconds)
     if verdict.redirected_to is not None:
         completion = replace(completion, redirected_to=verdict.redirected_to)
     log_send(log, msg, completion, stage=result.stage or ctx.transport.name,

@@ -81,6 +81,9 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "max_age": ("MAILOUT_MAX_AGE_SECONDS", _POSITIVE, 86400.0),
     "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _POSITIVE, 30.0),
     "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _POSITIVE, 600.0),
+    "outage_probe": ("MAILOUT_OUTAGE_PROBE_SECONDS", _POSITIVE, 5.0),
+    "outage_probe_cap": ("MAILOUT_OUTAGE_PROBE_CAP_SECONDS", _POSITIVE, 300.0),
+    "outage_alert": ("MAILOUT_OUTAGE_ALERT_SECONDS", _POSITIVE, 600.0),
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", envparse.number(float, minimum=0), 30.0),
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", envparse.text, None),
     "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
@@ -118,6 +121,9 @@ class Settings:
     max_age: float
     pause_seconds: float
     pause_cap: float
+    outage_probe: float  # first wait before probing a provider in an outage
+    outage_probe_cap: float  # the longest wait between probes
+    outage_alert: float  # an outage this long fires the "outage" alert
     shutdown_grace: float
     alert_webhook: str | None
     on_unknown: OnUnknown
@@ -165,9 +171,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Settings from ``env`` (default ``os.environ``), with non-None ``overrides`` on top.
 
     Raises ConfigError for an unparsable or out-of-range value, a retry cap below
-    the base, a pause cap below the pause, an unknown or malformed MAILOUT_TRANSPORT
-    (or SMTP_* variable), a lease not longer than the transport's timeout (a live
-    worker would lose its lease mid-send), or a missing MAIL_FROM.
+    the base, a pause cap below the pause, an outage probe cap below the probe, an
+    unknown or malformed MAILOUT_TRANSPORT (or SMTP_* variable), a lease not longer
+    than the transport's timeout (a live worker would lose its lease mid-send), or a
+    missing MAIL_FROM.
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
@@ -192,6 +199,9 @@ def _check_relations(s: Settings) -> None:
         )
     if s.pause_cap < s.pause_seconds:
         raise ConfigError("MAILOUT_PAUSE_CAP_SECONDS", "must not be below MAILOUT_PAUSE_SECONDS")
+    if s.outage_probe_cap < s.outage_probe:
+        raise ConfigError("MAILOUT_OUTAGE_PROBE_CAP_SECONDS",
+                          "must not be below MAILOUT_OUTAGE_PROBE_SECONDS")
     if s.lease_seconds <= s.transport.timeout:
         raise ConfigError(
             "MAILOUT_LEASE_SECONDS",

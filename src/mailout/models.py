@@ -36,8 +36,18 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"  # transient failure, but a limit was reached
     UNKNOWN = "unknown"  # the server may or may not have accepted it (lost reply, lost lease)
     PAUSED = "paused"  # configuration error; the message went back uncharged
+    OUTAGE = "outage"  # the provider was unreachable or refused everyone; back uncharged
     CANCELLED = "cancelled"  # a send-time guard withdrew it (stale, not allowed...)
     HELD = "held"  # left pending unsent: this worker cannot judge it (unknown schema)
+
+
+class Contact(enum.StrEnum):
+    """What one attempt says about the transport itself (for the worker's breakers)."""
+
+    NONE = "none"  # nothing reached the transport: a render error, a guard, an age limit
+    ANSWERED = "answered"  # the transport got past the connection: it works
+    PAUSE = "pause"  # a configuration error (credentials, TLS): a setting must change
+    OUTAGE = "outage"  # the provider was unreachable or refused everyone
 
 
 class OnUnknown(enum.StrEnum):
@@ -100,7 +110,7 @@ class Completion:
     worker: str
     recipient: str
     delay_seconds: float | None = None  # for PENDING: when to try again
-    uncharge: bool = False  # a paused attempt does not count against max_attempts
+    uncharge: bool = False  # a paused or outage attempt does not count against max_attempts
     reason: str | None = None
     stage: str | None = None
     reply_code: int | None = None
@@ -110,6 +120,7 @@ class Completion:
     provider_message_id: str | None = None
     logged: bool = True  # False when no attempt was made (a row parked at claim)
     redirected_to: str | None = None  # MAILOUT_REDIRECT_TO delivered it there instead
+    contact: Contact = Contact.NONE  # what the attempt says about the transport
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,7 @@ class Reschedule:
 class GiveUp:
     """Stop retrying: the attempt limit was reached or the message expired."""
 
-    reason: Literal["max_attempts", "expired"]
+    reason: Literal["max_attempts", "max_age"]
 
 
 def after_transient_failure(
@@ -141,7 +141,7 @@ def after_transient_failure(
 ) -> Reschedule | GiveUp:
     """What to do after a transient failure, ``attempts`` attempts made so far.
 
-    GiveUp("max_attempts") once ``attempts`` >= ``max_attempts``; GiveUp("expired")
+    GiveUp("max_attempts") once ``attempts`` >= ``max_attempts``; GiveUp("max_age")
     once ``now`` >= ``expires_at``; otherwise a jittered :func:`backoff_delay`.
     With an expiry, the delay is clipped so the retry lands *before* it (the
     message gets a last try): to at most ``min_seconds`` before the expiry, or
@@ -152,7 +152,7 @@ def after_transient_failure(
     if attempts >= policy.max_attempts:
         return GiveUp("max_attempts")
     if is_expired(now, expires_at):
-        return GiveUp("expired")
+        return GiveUp("max_age")
     delay = backoff_delay(policy, attempts, rng)
     if expires_at is not None:
         left = (aware(expires_at) - aware(now)).total_seconds()

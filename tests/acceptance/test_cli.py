@@ -278,7 +278,7 @@ def test_operator_sql_on_both_backends(engine: Engine) -> None:
                                       key=f"k{i}", settings=EnqueueSettings()).id
                               for i in range(3))
         conn.execute(update(messages).where(messages.c.id == dead).values(
-            status="dead", reason="expired", attempts=8, finished_at=db_now_plus(_secs(-5)),
+            status="dead", reason="max_age", attempts=8, finished_at=db_now_plus(_secs(-5)),
             expires_at=db_now_plus(_secs(-1))))
         conn.execute(update(messages).where(messages.c.id == old).values(
             status="sent", provider_message_id="PROV-1", sent_at=db_now_plus(_secs(-40 * 86400)),

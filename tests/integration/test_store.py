@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import Engine, select, update
 
 from mailout import db
-from mailout.db import leasing
+from mailout.db import admin, leasing
 from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
-from mailout.models import Completion, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, Outcome, Status
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 
@@ -145,6 +145,27 @@ def test_paused_completion_is_not_charged(engine: Engine) -> None:
     row = status_of(engine, rid)
     assert row["status"] == "pending"
     assert row["attempts"] == 0
+
+
+def test_an_outage_attempt_is_logged_as_not_charged(engine: Engine) -> None:
+    first, second = add(engine, 2)
+    a, b = claim(engine)
+
+    def ended(c: ClaimedMessage, outcome: Outcome, uncharge: bool) -> Completion:
+        return Completion(id=c.id, lease_token=c.lease_token, attempt=1, outcome=outcome,
+                          status=Status.PENDING, started_at=c.claimed_at, worker="w1",
+                          recipient=c.recipient, delay_seconds=0, uncharge=uncharge,
+                          stage="connect", reason="connect_refused")
+
+    with engine.begin() as conn:  # one batch: PostgreSQL's one-statement path
+        leasing.complete(conn, [ended(a, Outcome.OUTAGE, True), ended(b, Outcome.RETRY, False)])
+    assert status_of(engine, first)["attempts"] == 0
+    assert status_of(engine, second)["attempts"] == 1
+    with engine.connect() as conn:
+        (outage,) = admin.attempt_log(conn, first)
+        (retry,) = admin.attempt_log(conn, second)
+    assert (outage.outcome, outage.charged) == ("outage", False)
+    assert (retry.outcome, retry.charged) == ("retry", True)
 
 
 def test_release_and_extend(engine: Engine) -> None:

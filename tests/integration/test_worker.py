@@ -164,7 +164,7 @@ def test_max_attempts_and_age_limit_lead_to_dead_with_an_alert(
     run_until_idle(settings, alerts=alerts)
     stored = rows(engine)
     assert (stored[tired]["status"], stored[tired]["reason"]) == ("dead", "max_attempts")
-    assert (stored[old]["status"], stored[old]["reason"]) == ("dead", "expired")
+    assert (stored[old]["status"], stored[old]["reason"]) == ("dead", "max_age")
     dead = sorted(a.details["id"] for a in alerts if a.kind == "dead")
     assert dead == sorted([tired, old])
     assert smtp_server.messages == []  # the expired one was never sent
@@ -186,7 +186,7 @@ def test_bad_credentials_pause_sending_without_failing_anything(
         stored = await asyncio.to_thread(rows, engine)
         assert {r["status"] for r in stored.values()} == {"pending"}
         assert all(r["attempts"] == 0 for r in stored.values())  # not charged
-        assert worker.breaker.paused
+        assert worker.breakers.paused
         # The operator fixes the credentials (here: the server accepts them now).
         auth_smtp_server.auth = ("mailer", "wrong-password")
         deadline = time.monotonic() + 10

@@ -4,7 +4,8 @@ Use it as a context manager (``with SmtpTestServer() as server: ...``) or throug
 fixtures in :mod:`tests.support.fixtures`. Nothing is mocked: clients talk SMTP over
 TCP to ``server.host:server.port``. Every accepted message is recorded in
 ``server.messages`` (:class:`ReceivedMessage`); ``server.connections`` counts TCP
-connections, ``server.dedup_hits`` duplicates swallowed in dedup mode and
+connections, ``server.auth_failures`` refused AUTH exchanges, ``server.dedup_hits``
+duplicates swallowed in dedup mode and
 ``server.faults_fired`` injected faults.
 
 Fault tokens
@@ -208,6 +209,7 @@ class SmtpTestServer:
         self.fault_hook: Callable[[tuple[str, ...], Stage], Fault | None] | None = None
         self.before_reply: Callable[[ReceivedMessage], None] | None = None
         self.connections = 0
+        self.auth_failures = 0  # AUTH exchanges that were refused
         self.dedup_hits = 0
         self.faults_fired = 0
         self._messages: list[ReceivedMessage] = []
@@ -390,6 +392,9 @@ class SmtpTestServer:
             and isinstance(data, LoginPassword)
             and (data.login, data.password) == (self.auth[0].encode(), self.auth[1].encode())
         )
+        if not ok:
+            with self._lock:
+                self.auth_failures += 1
         return AuthResult(success=ok, handled=False, auth_data=data.login if ok else None)
 
     def _record(self, envelope: Any, session: Any) -> tuple[str, ReceivedMessage | None]:

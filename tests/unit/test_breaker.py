@@ -1,40 +1,97 @@
-"""The transport breaker: growing pauses, one probe, resume."""
+"""The transport breakers: one failure per probe cycle, doubling backoff, one probe, close."""
 
 from __future__ import annotations
 
-import time
-
-from mailout.worker.breaker import Breaker
+from mailout.worker.breaker import Breaker, Breakers, Kind, Trip
 
 
-def test_open_gate_gives_all_free_slots() -> None:
-    assert Breaker(1, 8).capacity(free=10, in_flight=0) == 10
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_pause_blocks_then_allows_one_probe() -> None:
-    breaker = Breaker(0.05, 1)
-    newly, seconds = breaker.pause("bad_credentials")
-    assert newly
-    assert seconds == 0.05
-    assert breaker.capacity(free=10, in_flight=0) == 0
-    time.sleep(0.06)
-    assert breaker.capacity(free=10, in_flight=0) == 1
-    assert breaker.capacity(free=10, in_flight=1) == 0  # the probe is still out
+def breaker(base: float = 1, cap: float = 8) -> tuple[Breaker, Clock]:
+    clock = Clock()
+    return Breaker(Kind.OUTAGE, base, cap, clock=clock), clock
 
 
-def test_consecutive_pauses_double_up_to_the_cap() -> None:
-    breaker = Breaker(1, 5)
-    lengths = [breaker.pause("x")[1] for _ in range(5)]
-    assert lengths == [1, 2, 4, 5, 5]
-    assert [breaker.pause("x")[0] for _ in range(2)] == [False, False]
+def test_a_closed_breaker_gives_all_free_slots() -> None:
+    b, _ = breaker()
+    assert b.capacity(free=10, in_flight=0) == 10
 
 
-def test_resume_reopens_and_resets() -> None:
-    breaker = Breaker(1, 8)
-    assert not breaker.resume()
-    breaker.pause("x")
-    breaker.pause("x")
-    assert breaker.resume()
-    assert not breaker.paused
-    assert breaker.capacity(free=3, in_flight=2) == 3
-    assert breaker.pause("x") == (True, 1)
+def test_an_open_breaker_blocks_then_lets_one_probe_through() -> None:
+    b, clock = breaker(base=5)
+    assert b.fail("connect_refused", 1) == Trip(opened=True, seconds=5)
+    assert b.capacity(free=10, in_flight=0) == 0
+    clock.now += 5
+    assert b.capacity(free=10, in_flight=1) == 0  # a send from before is still out
+    assert b.capacity(free=10, in_flight=0) == 1
+    b.probe_started(7)
+    assert b.capacity(free=10, in_flight=1) == 0  # the probe is out
+
+
+def test_sends_in_flight_when_it_opened_do_not_count() -> None:
+    b, _ = breaker(base=30, cap=600)
+    trips = [b.fail("bad_credentials", i) for i in range(10)]  # 10 sends in flight
+    assert trips == [Trip(True, 30)] + [None] * 9
+
+
+def test_each_failed_probe_doubles_the_backoff_up_to_the_cap() -> None:
+    b, clock = breaker(base=1, cap=5)
+    seconds = [b.fail("x", 0).seconds]  # type: ignore[union-attr]  # it opens: never None
+    for probe in range(1, 6):
+        clock.now += 10
+        b.probe_started(probe)
+        b.fail("x", 99)  # a straggler: no effect
+        trip = b.fail("x", probe)
+        assert trip is not None
+        assert not trip.opened
+        seconds.append(trip.seconds)
+    assert seconds == [1, 2, 4, 5, 5, 5]
+    assert b.failed_probes == 5
+
+
+def test_an_inconclusive_probe_lets_the_next_message_probe() -> None:
+    b, clock = breaker()
+    b.fail("x", 0)
+    clock.now += 1
+    b.probe_started(3)
+    assert b.capacity(free=4, in_flight=0) == 0
+    b.probe_inconclusive(3)  # e.g. a render error: the transport was not asked
+    assert b.capacity(free=4, in_flight=0) == 1
+
+
+def test_close_resets_and_a_new_failure_starts_from_the_base() -> None:
+    b, clock = breaker(base=1, cap=8)
+    assert not b.close()
+    b.fail("x", 0)
+    clock.now += 1
+    b.probe_started(1)
+    b.fail("x", 1)
+    assert b.close()
+    assert not b.is_open
+    assert b.reason is None
+    assert b.capacity(free=3, in_flight=2) == 3
+    assert b.fail("y", 2) == Trip(True, 1)
+
+
+def test_open_for_counts_from_the_first_failure() -> None:
+    b, clock = breaker()
+    b.fail("x", 0)
+    clock.now += 42
+    assert b.open_for() == 42
+
+
+def test_the_two_breakers_are_distinct_and_claims_follow_the_stricter() -> None:
+    breakers = Breakers(30, 600, 5, 300)
+    assert not breakers.paused
+    breakers.outage.fail("connect_refused", 1)
+    assert breakers.paused
+    assert not breakers.pause.is_open
+    assert breakers.capacity(free=10, in_flight=0) == 0
+    assert breakers.outage.base == 5
+    assert breakers.pause.base == 30

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,9 +17,11 @@ from mailout.transports.smtp.classify import (
     to_result,
 )
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 
 ALL_STAGES = list(Stage)
 BEFORE_BODY = [stage for stage in Stage if stage is not Stage.BODY]
+BEFORE_MAIL_ACCEPTED = {Stage.CONNECT, Stage.EHLO, Stage.STARTTLS, Stage.AUTH, Stage.MAIL}
 
 
 def reply(stage: Stage, code: int, text: str = "", enhanced: str | None = None) -> SendOutcome:
@@ -37,34 +41,37 @@ CASES = [
         "accepted",
     ),
     ("accepted without reply", SendOutcome(Stage.BODY), "sent", "accepted"),
-    # nothing handed over yet: retry
-    ("refused", broken(Stage.CONNECT, Failure.REFUSED), "retry", "connect_refused"),
-    ("dns", broken(Stage.CONNECT, Failure.DNS), "retry", "dns_failure"),
-    ("timeout at connect", broken(Stage.CONNECT, Failure.TIMEOUT), "retry", "timeout"),
-    ("timeout at ehlo", broken(Stage.EHLO, Failure.TIMEOUT), "retry", "timeout"),
-    ("timeout at auth", broken(Stage.AUTH, Failure.TIMEOUT), "retry", "timeout"),
-    ("timeout at rcpt", broken(Stage.RCPT, Failure.TIMEOUT), "retry", "timeout"),
-    ("disconnect at starttls", broken(Stage.STARTTLS, Failure.DISCONNECT), "retry", "disconnect"),
-    ("disconnect at mail", broken(Stage.MAIL, Failure.DISCONNECT), "retry", "disconnect"),
-    ("disconnect at data", broken(Stage.DATA, Failure.DISCONNECT), "retry", "disconnect"),
-    ("timeout at data", broken(Stage.DATA, Failure.TIMEOUT), "retry", "timeout"),
-    # transient replies
-    ("421 greeting", reply(Stage.CONNECT, 421, "4.3.2 busy"), "retry", "service_not_available"),
-    ("421 at body", reply(Stage.BODY, 421), "retry", "service_not_available"),
-    ("452 4.2.2 rcpt", reply(Stage.RCPT, 452, "4.2.2 Mailbox full"), "retry", "mailbox_full"),
-    ("450 4.2.2 given", reply(Stage.RCPT, 450, "full", "4.2.2"), "retry", "mailbox_full"),
+    # the transport's fault, before MAIL FROM was accepted: an outage, uncharged
+    ("refused", broken(Stage.CONNECT, Failure.REFUSED), "outage", "connect_refused"),
+    ("dns", broken(Stage.CONNECT, Failure.DNS), "outage", "dns_failure"),
+    ("timeout at connect", broken(Stage.CONNECT, Failure.TIMEOUT), "outage", "timeout"),
+    ("timeout at ehlo", broken(Stage.EHLO, Failure.TIMEOUT), "outage", "timeout"),
+    ("timeout at auth", broken(Stage.AUTH, Failure.TIMEOUT), "outage", "timeout"),
+    ("disconnect at starttls", broken(Stage.STARTTLS, Failure.DISCONNECT), "outage",
+     "disconnect"),
+    ("disconnect at mail", broken(Stage.MAIL, Failure.DISCONNECT), "outage", "disconnect"),
+    ("421 greeting", reply(Stage.CONNECT, 421, "4.3.2 busy"), "outage", "service_not_available"),
+    ("421 ehlo", reply(Stage.EHLO, 421), "outage", "service_not_available"),
     (
         "454 starttls",
         reply(Stage.STARTTLS, 454, "4.7.0 TLS not available"),
-        "retry",
+        "outage",
         "transient_reply",
     ),
     (
         "454 auth",
         reply(Stage.AUTH, 454, "4.7.0 Temporary auth failure"),
-        "retry",
+        "outage",
         "transient_reply",
     ),
+    ("451 mail", reply(Stage.MAIL, 451, "4.3.0 try later"), "outage", "transient_reply"),
+    # this message's fault, after MAIL FROM was accepted: charged retry
+    ("timeout at rcpt", broken(Stage.RCPT, Failure.TIMEOUT), "retry", "timeout"),
+    ("disconnect at data", broken(Stage.DATA, Failure.DISCONNECT), "retry", "disconnect"),
+    ("timeout at data", broken(Stage.DATA, Failure.TIMEOUT), "retry", "timeout"),
+    ("421 at body", reply(Stage.BODY, 421), "retry", "service_not_available"),
+    ("452 4.2.2 rcpt", reply(Stage.RCPT, 452, "4.2.2 Mailbox full"), "retry", "mailbox_full"),
+    ("450 4.2.2 given", reply(Stage.RCPT, 450, "full", "4.2.2"), "retry", "mailbox_full"),
     ("451 body", reply(Stage.BODY, 451, "4.3.0 try later"), "retry", "transient_reply"),
     # configuration errors: pause, whatever the stage
     ("535 auth", reply(Stage.AUTH, 535, "5.7.8 bad credentials"), "pause", "bad_credentials"),
@@ -92,6 +99,10 @@ CASES = [
         "starttls_rejected",
     ),
     ("504 auth", reply(Stage.AUTH, 504, "5.5.4 mechanism"), "pause", "auth_rejected"),
+    # a reply no such server gives at that stage: the settings point elsewhere
+    ("250 to auth", reply(Stage.AUTH, 250, "ok"), "pause", "unexpected_reply"),
+    ("334 greeting", reply(Stage.CONNECT, 334), "pause", "unexpected_reply"),
+    ("garbage at ehlo", reply(Stage.EHLO, 999), "pause", "unexpected_reply"),
     # permanent for this message
     ("550 5.1.1 rcpt", reply(Stage.RCPT, 550, "5.1.1 No such user"), "failed",
      "recipient_rejected"),
@@ -142,16 +153,51 @@ def test_classify(outcome: SendOutcome, action: str, reason: str) -> None:
 
 @pytest.mark.parametrize("stage", ALL_STAGES)
 @pytest.mark.parametrize("code", [421, 450, 451, 452, 454])
-def test_every_transient_reply_retries_at_every_stage(stage: Stage, code: int) -> None:
-    assert classify(reply(stage, code)).action is Decision.RETRY
+def test_a_transient_reply_is_an_outage_before_mail_is_accepted_else_a_retry(
+    stage: Stage, code: int
+) -> None:
+    expected = Decision.OUTAGE if stage in BEFORE_MAIL_ACCEPTED else Decision.RETRY
+    assert classify(reply(stage, code)).action is expected
 
 
 @pytest.mark.parametrize("stage", BEFORE_BODY)
 @pytest.mark.parametrize(
     "failure", [Failure.REFUSED, Failure.DNS, Failure.TIMEOUT, Failure.DISCONNECT]
 )
-def test_connection_trouble_before_body_retries(stage: Stage, failure: Failure) -> None:
-    assert classify(broken(stage, failure)).action is Decision.RETRY
+def test_connection_trouble_is_an_outage_until_mail_is_accepted(
+    stage: Stage, failure: Failure
+) -> None:
+    expected = Decision.OUTAGE if stage in BEFORE_MAIL_ACCEPTED else Decision.RETRY
+    assert classify(broken(stage, failure)).action is expected
+
+
+@pytest.mark.parametrize("stage", [Stage.CONNECT, Stage.EHLO, Stage.STARTTLS, Stage.AUTH])
+@pytest.mark.parametrize("code", [250, 235, 334, 354, 999, 0])
+def test_an_unexpected_reply_before_mail_is_a_configuration_error(
+    stage: Stage, code: int
+) -> None:
+    assert classify(reply(stage, code)).action is Decision.PAUSE
+
+
+def test_a_greeting_timeout_on_port_465_without_implicit_tls_pauses_with_the_diagnosis() -> None:
+    timeout = broken(Stage.CONNECT, Failure.TIMEOUT)
+    plain = SmtpSettings(host="mx.example", port=465, tls=TlsMode.STARTTLS, password="s3cret")
+    result = to_result(timeout, plain)
+    assert (result.decision, result.reason) == (Decision.PAUSE, "tls_mode_mismatch")
+    assert result.detail is not None
+    assert "SMTP_TLS=implicit" in result.detail
+    # the same timeout elsewhere is the provider's trouble
+    assert to_result(timeout, replace(plain, port=587)).decision is Decision.OUTAGE
+    assert to_result(timeout, replace(plain, tls=TlsMode.IMPLICIT)).decision is Decision.OUTAGE
+
+
+def test_every_pause_carries_the_check_diagnosis_without_the_password() -> None:
+    settings = SmtpSettings(host="mx.example", port=587, username="u", password="s3cret")
+    result = to_result(reply(Stage.AUTH, 535, "5.7.8 bad s3cret"), settings)
+    assert result.decision is Decision.PAUSE
+    assert result.detail is not None
+    assert "SMTP_USER and SMTP_PASS" in result.detail
+    assert "s3cret" not in result.detail
 
 
 @pytest.mark.parametrize("stage", ALL_STAGES)

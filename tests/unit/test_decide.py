@@ -91,7 +91,7 @@ def test_sent_keeps_the_provider_id() -> None:
 
 def test_dead_names_its_reason() -> None:
     assert decide(msg(3), SOFT, ctx=CTX, pause_seconds=30).reason == "max_attempts"
-    assert decide(msg(1, -1), SOFT, ctx=CTX, pause_seconds=30).reason == "expired"
+    assert decide(msg(1, -1), SOFT, ctx=CTX, pause_seconds=30).reason == "max_age"
 
 
 def test_a_provider_retry_after_is_a_floor_on_the_backoff() -> None:
@@ -100,9 +100,21 @@ def test_a_provider_retry_after_is_a_floor_on_the_backoff() -> None:
     assert c.delay_seconds == 500.0  # the policy alone would wait at most 10 s
 
 
-def test_an_outage_is_retried_for_now() -> None:
-    c = decide(msg(), OUTAGE, ctx=CTX, pause_seconds=30)
-    assert (c.status, c.outcome, c.reason) == (Status.PENDING, Outcome.RETRY, "connect_refused")
+def test_an_outage_returns_the_message_uncharged() -> None:
+    c = decide(msg(), OUTAGE, ctx=CTX, pause_seconds=30, outage_seconds=5)
+    assert (c.status, c.outcome, c.reason) == (Status.PENDING, Outcome.OUTAGE, "connect_refused")
+    assert c.uncharge
+    assert c.delay_seconds == 5
+    assert c.logged  # the attempt row is kept, marked as not charged
+
+
+def test_an_outage_never_kills_by_attempts_only_by_age() -> None:
+    # far past max_attempts (3): still pending, uncharged
+    c = decide(msg(attempts=50), OUTAGE, ctx=CTX, pause_seconds=30, outage_seconds=5)
+    assert (c.status, c.uncharge) == (Status.PENDING, True)
+    old = decide(msg(attempts=1, expires_in=-1), OUTAGE, ctx=CTX, pause_seconds=30,
+                 outage_seconds=5)
+    assert (old.status, old.outcome, old.reason) == (Status.DEAD, Outcome.DEAD, "max_age")
 
 
 @pytest.mark.parametrize(("result", "attempts"), [(HARD, 1), (SOFT, 3)])

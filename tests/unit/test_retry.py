@@ -86,7 +86,7 @@ def test_give_up_when_expired(past: timedelta) -> None:
     decision = after_transient_failure(
         POLICY, attempts=2, now=NOW, expires_at=NOW - past, rng=random.Random(0)
     )
-    assert decision == GiveUp("expired")
+    assert decision == GiveUp("max_age")
 
 
 def test_reschedule_within_bounds_when_far_from_expiry() -> None:

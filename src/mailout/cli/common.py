@@ -20,6 +20,8 @@ WINDOW_ENV = "MAILOUT_IDEMPOTENCY_WINDOW"
 DEFAULT_WINDOW = "30d"
 PURGE_BATCH = 1000
 FINAL_STATUSES = ("sent", "failed", "dead", "cancelled")
+# Exit codes (docs/cli.md): 0 done, 1 an error, 2 bad usage or input, and
+EXIT_TRANSPORT_DOWN = 3  # worker --until-idle stopped: the transport is paused or down
 
 
 def parse_span(text: str) -> timedelta:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mailout.db.admin import AttemptRecord, MessageRecord, StatusReport
+from mailout.db.outages import TransportTrouble
 
 if TYPE_CHECKING:  # Rich is imported when a table is drawn: --json output skips its cost
     from rich.console import Console
@@ -111,6 +112,22 @@ def print_status(out: Console, report: StatusReport) -> None:
               f"({report.unknown_attempts} attempts); {report.held_unknown} held in "
               "status unknown")
     out.print(f"last send: {when(report.last_sent_at)}   (database time: {when(report.now)})")
+    print_transport(out, report.transport)
+
+
+def print_transport(out: Console, trouble: TransportTrouble | None) -> None:
+    """The transport's state as the attempt log shows it (see mailout.db.outages)."""
+    from rich.markup import escape
+
+    if trouble is None:
+        out.print("transport: ok (no outage or pause since it last answered)")
+        return
+    what = "OUTAGE" if trouble.kind == "outage" else "PAUSED (configuration error)"
+    # The server's words: no markup, no control characters.
+    said = f": {trouble.said}".encode("unicode_escape").decode("ascii") if trouble.said else ""
+    out.print(f"[bold red]transport: {what}[/] since {when(trouble.since)}, "
+              f"{trouble.attempts} uncharged attempts, last at {when(trouble.last_at)} "
+              f"(stage {trouble.stage or '-'}){escape(said)}")
 
 
 def _most(values: Iterable[float | None]) -> float | None:
@@ -155,7 +172,8 @@ def timeline(msg: MessageRecord, log: list[AttemptRecord]) -> Table:
         reply = " ".join(str(x) for x in (a.reply_code, a.reply_text) if x is not None)
         detail = "; ".join(x for x in (reply, a.detail) if x)
         stage = f"at {a.stage}" if a.stage else ""
-        events.append((a.started_at, f"attempt {a.attempt}: {a.outcome}",
+        given_back = "" if a.charged else " (not charged)"
+        events.append((a.started_at, f"attempt {a.attempt}: {a.outcome}{given_back}",
                        ": ".join(x for x in (stage, detail) if x)))
     if msg.sent_at is not None:
         events.append((msg.sent_at, "sent", f"provider id {msg.provider_message_id or '-'}"))

@@ -21,7 +21,13 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
 from mailout.cli import bounces, common, display, rollout
-from mailout.cli.common import DB_HELP, DEFAULT_WINDOW, PURGE_BATCH, WINDOW_ENV
+from mailout.cli.common import (
+    DB_HELP,
+    DEFAULT_WINDOW,
+    EXIT_TRANSPORT_DOWN,
+    PURGE_BATCH,
+    WINDOW_ENV,
+)
 from mailout.db import admin, migrate
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.logs import configure_logging
@@ -118,6 +124,11 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     worker = run_worker(settings, queues=names, until_idle=until_idle,
                         metrics_port=metrics_port)
+    if worker.halted is not None:
+        # --until-idle with a transport that cannot send: say why, in one line, and
+        # exit with a code a script can tell from a crash (1) or a usage error (2).
+        click.echo(f"mailout: stopped: {worker.halted}", err=True)
+        raise click.exceptions.Exit(EXIT_TRANSPORT_DOWN)
     if until_idle:
         click.echo(f"idle: {worker.sent} sent")
 

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from mailout.db.outages import TransportTrouble, transport_trouble
 from mailout.db.schema import attempts, db_now, db_now_plus, messages
 from mailout.models import FINAL_STATUSES, Outcome, Status
 from mailout.timeutil import aware
@@ -91,6 +92,7 @@ class AttemptRecord:
     worker: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    charged: bool = True  # False: an outage or configuration error, given back
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,7 @@ class StatusReport:
     unknown_messages: int  # distinct messages with at least one such attempt
     held_unknown: int  # rows parked in status unknown, awaiting review
     last_sent_at: datetime | None
+    transport: TransportTrouble | None = None  # an outage or pause going on now
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +185,7 @@ def status(conn: Connection) -> StatusReport:
         now=now, totals=totals, queues=queues, retrying=retrying,
         dead=totals[Status.DEAD.value], unknown_attempts=n_attempts,
         unknown_messages=n_messages, held_unknown=totals[Status.UNKNOWN.value],
-        last_sent_at=_last_sent(conn),
+        last_sent_at=_last_sent(conn), transport=transport_trouble(conn),
     )
 
 
@@ -295,7 +298,7 @@ def attempt_log(conn: Connection, message_id: int) -> list[AttemptRecord]:
             attempt=r.attempt, outcome=r.outcome, stage=r.stage, reply_code=r.reply_code,
             enhanced_code=r.enhanced_code, reply_text=r.reply_text, detail=r.detail,
             recipient=r.recipient, worker=r.worker, started_at=aware(r.started_at),
-            finished_at=aware(r.finished_at),
+            finished_at=aware(r.finished_at), charged=bool(r.charged),
         )
         for r in conn.execute(stmt)
     ]

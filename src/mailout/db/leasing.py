@@ -116,8 +116,12 @@ def claim(
     queues: Sequence[str] | None = None,
     exclude_queues: Sequence[str] = (),
     exclude_templates: Sequence[str] = (),
+    expired_only: bool = False,
 ) -> list[ClaimedMessage]:
     """Lease up to ``limit`` due messages to ``owner``, highest priority first.
+
+    ``expired_only`` claims only rows past their age limit (``expires_at``): a
+    worker whose transport is down claims these to dead-letter them.
 
     Due means ``pending`` with ``next_attempt_at`` in the past, or ``sending`` with an
     expired lease (its worker died or stalled). Claimed rows become ``sending`` with
@@ -128,7 +132,8 @@ def claim(
     params = {"owner": owner, "token": str(uuid.uuid4()), "lease": lease_seconds,
               "limit": limit}
     if dialects.claims_in_one_statement(conn):
-        stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates))
+        stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates),
+                         expired_only)
         rows = [dict(r._mapping) for r in conn.execute(stmt, params)]
         return _claimed_rows(conn, rows)
     candidates = (
@@ -138,7 +143,8 @@ def claim(
             messages.c.lease_owner.label("prev_owner"),
             messages.c.last_attempt_at.label("prev_started"),
         )
-        .where(_due(queues, exclude_queues, exclude_templates))
+        .where(_due(queues, exclude_queues, exclude_templates),
+               *_expired_filter(expired_only))
         .order_by(messages.c.priority.desc(), messages.c.next_attempt_at, messages.c.id)
         .limit(limit)
     )
@@ -167,13 +173,18 @@ _LEASE: dict[str, Any] = {
 }
 
 
+def _expired_filter(expired_only: bool) -> list[ColumnElement[bool]]:
+    return [messages.c.expires_at <= db_now()] if expired_only else []
+
+
 @functools.lru_cache(maxsize=256)
 def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
-              exclude_templates: tuple[str, ...]) -> Any:
+              exclude_templates: tuple[str, ...], expired_only: bool = False) -> Any:
     """The PostgreSQL claim for one lane's filters, built once: building the
     statement cost more CPU than running it."""
     due = _due_cte(bindparam("limit", type_=Integer),
-                   _filters(queues, exclude, exclude_templates))
+                   [*_filters(queues, exclude, exclude_templates),
+                    *_expired_filter(expired_only)])
     return (
         update(messages)
         .where(messages.c.id == due.c.id)
@@ -298,6 +309,7 @@ def _completion_row(c: Completion) -> dict[str, Any]:
         "attempt": c.attempt, "outcome": c.outcome.value, "stage": c.stage,
         "enhanced": c.enhanced_code, "detail": _truncate(c.detail, 200),
         "recipient": c.recipient, "worker": c.worker, "started_at": c.started_at,
+        "charged": not c.uncharge,
     }
 
 
@@ -307,7 +319,7 @@ _BATCH_TYPES = {  # the jsonb_to_recordset() columns of _COMPLETE_PG and their t
     "redirected_to": "text", "delay": "float8", "uncharge": "int", "unknown": "int",
     "sent": "bool", "final": "bool", "logged": "bool", "attempt": "int", "outcome": "text",
     "stage": "text", "enhanced": "text", "detail": "text", "recipient": "text",
-    "worker": "text", "started_at": "timestamptz",
+    "worker": "text", "started_at": "timestamptz", "charged": "bool",
 }
 # The batch arrives as one JSON document (see _INSERT_PG), so the text and its
 # server-side prepared plan are the same for every batch size. The UPDATE applies
@@ -341,10 +353,11 @@ WITH v AS (
     RETURNING m.id
 ), logged AS (
     INSERT INTO {attempts.name} (outbox_id, attempt, outcome, stage, reply_code,
-        enhanced_code, reply_text, detail, recipient, worker, started_at, finished_at)
+        enhanced_code, reply_text, detail, recipient, worker, started_at, finished_at,
+        charged)
     SELECT v.id, v.attempt, v.outcome, v.stage, v.reply_code, v.enhanced, v.reply_text,
            CASE WHEN done.id IS NULL THEN '{_LEASE_LOST}' ELSE v.detail END,
-           v.recipient, v.worker, v.started_at, clock_timestamp()
+           v.recipient, v.worker, v.started_at, clock_timestamp(), v.charged
     FROM v LEFT JOIN done ON done.id = v.id
     WHERE v.logged
 )
@@ -404,6 +417,7 @@ def _attempt_row(c: Completion, *, fenced: bool) -> dict[str, Any]:
         "recipient": c.recipient,
         "worker": c.worker,
         "started_at": c.started_at,
+        "charged": not c.uncharge,
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Table,
     Text,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
@@ -162,7 +164,11 @@ attempts = Table(
     Column("worker", String(200)),
     Column("started_at", Timestamp, nullable=False),
     Column("finished_at", Timestamp, nullable=False),
+    # False for an attempt given back to its message (an outage, a configuration
+    # error): it is in the log but does not count against max_attempts.
+    Column("charged", Boolean, nullable=False, server_default=true()),
     Index("ix_mailout_attempts_outbox_id", "outbox_id"),
+    Index("ix_mailout_attempts_outcome_finished", "outcome", "finished_at"),
 )
 
 # Operator switches: a paused queue or template stays pending on every worker.

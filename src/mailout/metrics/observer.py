@@ -27,6 +27,9 @@ class Observer(Protocol):
     def paused(self, reason: str | None) -> None:
         """The transport was paused for ``reason``, or resumed (None)."""
 
+    def outage(self, reason: str | None) -> None:
+        """A transport outage started for ``reason``, or ended (None)."""
+
     def tick(self) -> None:
         """A lane loop went round: the worker is alive."""
 
@@ -44,6 +47,9 @@ class NullObserver:
         return None
 
     def paused(self, reason: str | None) -> None:
+        return None
+
+    def outage(self, reason: str | None) -> None:
         return None
 
     def tick(self) -> None:

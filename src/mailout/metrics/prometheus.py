@@ -51,7 +51,8 @@ LIVE_MIN_SECONDS = 10.0
 # tests check the shipped dashboard and alert rules against it.
 METRIC_NAMES = frozenset({
     "mailout_sends", "mailout_attempt_duration_seconds", "mailout_delivery_latency_seconds",
-    "mailout_transport_paused", "mailout_lease_reclaims", "mailout_database_up",
+    "mailout_transport_paused", "mailout_transport_outage",
+    "mailout_transport_outage_seconds", "mailout_lease_reclaims", "mailout_database_up",
     "mailout_worker_last_tick_timestamp_seconds", "mailout_worker", "mailout_scrape_errors",
     "mailout_queue_messages", "mailout_queue_due_messages",
     "mailout_queue_oldest_due_age_seconds", "mailout_alert_deliveries",
@@ -86,6 +87,12 @@ class PrometheusObserver:
         Gauge("mailout_transport_paused", "1 while sending is paused after a configuration "
               "error (bad credentials, broken TLS).", registry=r).set_function(
             lambda: float(self.transport_paused))
+        self.outage_gauge = Gauge(
+            "mailout_transport_outage", "1 while the provider is unreachable or refuses every "
+            "message (label: why); 0 otherwise.", ["reason"], registry=r)
+        self.outage_gauge.labels("").set(0)
+        Gauge("mailout_transport_outage_seconds", "How long the current transport outage has "
+              "lasted; 0 when there is none.", registry=r).set_function(self._outage_seconds)
         Gauge("mailout_database_up", "1 if the worker's last database call succeeded.",
               registry=r).set_function(lambda: float(bool(self.database_ok)))
         Gauge("mailout_worker_last_tick_timestamp_seconds",
@@ -95,6 +102,7 @@ class PrometheusObserver:
         # one attribute assignment, atomic under the GIL.
         self.transport_paused = False
         self.paused_reason: str | None = None
+        self.outage_since: float | None = None  # time.monotonic() when it started
         self.database_ok: bool | None = None
         self._last_tick: float | None = None  # time.monotonic()
         self._last_tick_wall = 0.0
@@ -128,6 +136,15 @@ class PrometheusObserver:
     def paused(self, reason: str | None) -> None:
         self.transport_paused = reason is not None
         self.paused_reason = reason
+
+    def outage(self, reason: str | None) -> None:
+        self.outage_gauge.clear()
+        self.outage_gauge.labels(reason or "").set(0 if reason is None else 1)
+        self.outage_since = None if reason is None else time.monotonic()
+
+    def _outage_seconds(self) -> float:
+        since = self.outage_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def tick(self) -> None:
         self._last_tick = time.monotonic()

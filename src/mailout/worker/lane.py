@@ -24,7 +24,7 @@ from mailout.db import leasing
 from mailout.metrics.observer import Observer
 from mailout.models import ClaimedMessage, Completion
 from mailout.policy import Lane
-from mailout.worker.breaker import Breaker
+from mailout.worker.breaker import Breakers
 from mailout.worker.completions import CompletionWriter
 from mailout.worker.operator_pauses import PauseCache
 from mailout.worker.options import Options
@@ -42,7 +42,7 @@ class LaneDeps:
     engine: Engine
     options: Options
     observer: Observer
-    breaker: Breaker
+    breakers: Breakers
     pauses: PauseCache
     writer: CompletionWriter
     stopping: Callable[[], bool]  # True once the worker is shutting down
@@ -106,12 +106,32 @@ class LaneRunner:
             await self._sleep(self._wait_time())
 
     async def _claim_all(self) -> tuple[list[ClaimedMessage], bool]:
-        """Claim for every queue group; ``full`` when some group got all it asked for."""
+        """Claim for every queue group; ``full`` when some group got all it asked for.
+
+        While a breaker is open only a probe is claimed, once its backoff has passed;
+        with it, the rows that have outlived their age limit, which end ``dead``
+        without a send (so an outage longer than ``max_age`` dead-letters them then,
+        not only after it ends).
+        """
+        breakers = self.worker.breakers
+        probing = breakers.paused and breakers.capacity(1, len(self.in_flight)) > 0
+        claimed, full = await self._claim_groups()
+        if breakers.paused:
+            for msg in claimed:
+                breakers.probe_started(msg.id)
+        if probing:
+            free = self.lane.concurrency - len(self.in_flight) - len(claimed)
+            if free > 0:
+                claimed += await asyncio.to_thread(self._claim, self.lane.queues, (), free,
+                                                   True)
+        return claimed, full and not breakers.paused
+
+    async def _claim_groups(self) -> tuple[list[ClaimedMessage], bool]:
         claimed: list[ClaimedMessage] = []
         full = False
         for queues, bucket in self._groups:
             free = self.lane.concurrency - len(self.in_flight) - len(claimed)
-            want = self.worker.breaker.capacity(free, len(self.in_flight) + len(claimed))
+            want = self.worker.breakers.capacity(free, len(self.in_flight) + len(claimed))
             if bucket is not None:
                 want = bucket.take(want)
             if want <= 0:
@@ -125,17 +145,17 @@ class LaneRunner:
         return claimed, full
 
     def _claim(self, queues: tuple[str, ...], exclude: tuple[str, ...],
-               limit: int) -> list[ClaimedMessage]:
+               limit: int, expired_only: bool = False) -> list[ClaimedMessage]:
         with db.immediate(self.worker.engine) as conn:
             paused = self.worker.pauses.current(conn)
             return leasing.claim(conn, owner=self.ctx.worker, limit=limit,
                                lease_seconds=self.worker.options.lease_seconds, queues=queues,
                                exclude_queues=(*exclude, *paused.queues),
-                               exclude_templates=paused.templates)
+                               exclude_templates=paused.templates, expired_only=expired_only)
 
     def _wait_time(self) -> float:
         poll = self.worker.options.poll_seconds
-        breaker = self.worker.breaker
+        breaker = self.worker.breakers
         waits = [poll]
         if breaker.paused and not self.in_flight:
             waits.append(max(0.05, breaker.seconds_left()))
@@ -144,7 +164,7 @@ class LaneRunner:
 
     async def idle(self) -> bool:
         """With until_idle: nothing running here, nothing unwritten, nothing due now."""
-        if self.in_flight or not self.worker.writer.idle or self.worker.breaker.paused:
+        if self.in_flight or not self.worker.writer.idle or self.worker.breakers.paused:
             return False
         try:
             due_in = await asyncio.to_thread(self._due_in)
@@ -162,8 +182,10 @@ class LaneRunner:
             self.worker.observer.reclaimed(msg)
             log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
                         "outcome is unknown", msg.id, msg.key)
+        opts = self.worker.options
         task = asyncio.create_task(
-            attempt.run(msg, self.ctx, pause_seconds=self.worker.options.pause_seconds,
+            attempt.run(msg, self.ctx, pause_seconds=opts.pause_seconds,
+                        outage_seconds=opts.outage_seconds,
                         on_send=functools.partial(self._sending.add, msg.id)),
             name=f"mailout-send-{msg.id}",
         )
@@ -172,17 +194,20 @@ class LaneRunner:
 
     def _finished(self, msg: ClaimedMessage, task: asyncio.Task[Completion]) -> None:
         flight = self.in_flight.pop(msg.id, None)
+        handed_over = msg.id in self._sending
         self._sending.discard(msg.id)
         self.wake.set()
         if task.cancelled():
             return  # shutdown gave up on it; its lease expires and it is reclaimed
         exc = task.exception()
         if exc is not None:
-            # A bug, not a delivery problem: leave the row to lease expiry rather than
-            # guess. The next claim logs the attempt as unknown and resends it.
-            log.error("attempt for id=%s crashed: %r", msg.id, exc)
-            return
-        completion = task.result()
+            # A bug, not a delivery problem. attempt.run already turns every error
+            # before the send into a decision; this is the last net, so that no
+            # exception leaves a row to wait for its lease to expire.
+            log.error("attempt for id=%s crashed: %s", msg.id, type(exc).__name__)
+            completion = attempt.crashed(msg, self.ctx, exc, handed_over=handed_over)
+        else:
+            completion = task.result()
         seconds = time.monotonic() - flight.started if flight else 0.0
         self.worker.observer.attempt(msg, completion, seconds)
         self.worker.record(completion)

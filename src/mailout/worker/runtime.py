@@ -25,9 +25,9 @@ from mailout import attempt
 from mailout.alerts import Alert, Alerts
 from mailout.db import dialects, leasing, notifications
 from mailout.metrics.observer import NullObserver, Observer
-from mailout.models import Completion, Outcome, Status
+from mailout.models import Completion, Contact, Outcome, Status
 from mailout.policy import Lane
-from mailout.worker.breaker import Breaker
+from mailout.worker.breaker import Breakers, Trip
 from mailout.worker.completions import CompletionWriter
 from mailout.worker.lane import DB_RETRY_CAP, LaneDeps, LaneRunner
 from mailout.worker.operator_pauses import PauseCache
@@ -57,14 +57,15 @@ class Worker:
         self.observer: Observer = observer or NullObserver()
         self.opts = options
         self.alerts = alerts
-        self.breaker = Breaker(options.pause_seconds, options.pause_cap)
+        self.breakers = Breakers(options.pause_seconds, options.pause_cap,
+                                 options.outage_seconds, options.outage_cap)
         self.writer = CompletionWriter(
             engine, self._written, lambda: any(r.in_flight for r in self.lanes))
         buckets = {q: TokenBucket(rate) for q, rate in (rates or {}).items()}
         self.pauses = PauseCache()
         self.stopping = False
         deps = LaneDeps(
-            engine=engine, options=options, observer=self.observer, breaker=self.breaker,
+            engine=engine, options=options, observer=self.observer, breakers=self.breakers,
             pauses=self.pauses, writer=self.writer, stopping=lambda: self.stopping,
             record=self.record,
         )
@@ -72,6 +73,9 @@ class Worker:
         self.name = lanes[0][1].worker if lanes else worker_name()
         self.sent = 0
         self._held_alerted: set[str] = set()
+        self._outage_alerted = False
+        # With until_idle: why the worker stopped early (the transport cannot send).
+        self.halted: str | None = None
 
     @property
     def poll_seconds(self) -> float:
@@ -100,7 +104,8 @@ class Worker:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)
         helpers = [asyncio.create_task(self.writer.run(), name="mailout-completions"),
-                   asyncio.create_task(self._heartbeat(), name="mailout-heartbeat")]
+                   asyncio.create_task(self._heartbeat(), name="mailout-heartbeat"),
+                   asyncio.create_task(self._watch_outage(), name="mailout-outage")]
         if self.opts.listen and dialects.supports_listen_notify(self.engine):
             url = self.engine.url.render_as_string(hide_password=False)
             helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
@@ -130,27 +135,92 @@ class Worker:
                 lane.wake.set()
 
     def record(self, completion: Completion) -> None:
-        """Take a finished attempt: adjust the breaker, queue the write."""
-        self._breaker_after(completion)
+        """Take a finished attempt: adjust the breakers, queue the write."""
+        if completion.outcome is Outcome.HELD:
+            self._held(completion)
+        self._breakers_after(completion)
         self.writer.add(completion)
 
-    def _breaker_after(self, c: Completion) -> None:
-        if c.outcome is Outcome.PAUSED:
-            newly, seconds = self.breaker.pause(c.reason or "configuration error")
-            if newly:
-                self.observer.paused(c.reason or "configuration error")
-                self.alerts.fire(Alert("paused", f"sending paused: {c.reason}",
-                                       {"reason": c.reason, "reply_code": c.reply_code,
-                                        "worker": self.name}))
-            log.error("transport paused for %.0fs: %s (code %s)", seconds, c.reason,
-                      c.reply_code)
-        elif c.outcome is Outcome.HELD:
-            self._held(c)
-        elif c.stage is not None and self.breaker.paused and self.breaker.resume():
-            # Only an answer from the transport (a stage was reached) proves it works.
+    def _breakers_after(self, c: Completion) -> None:
+        """What one attempt says about the transport, applied to the breakers."""
+        breakers = self.breakers
+        if c.contact is Contact.NONE:
+            breakers.probe_inconclusive(c.id)  # nothing reached the transport
+            return
+        if c.contact is Contact.ANSWERED:
+            self._end_pause()
+            self._end_outage()
+            return
+        reason = c.reason or c.contact.value
+        if c.contact is Contact.PAUSE:
+            self._end_outage()  # the provider answered, if only to refuse our settings
+            trip = breakers.pause.fail(reason, c.id)
+            if trip is not None:
+                self._paused(c, reason, trip)
+        else:
+            breakers.pause.probe_inconclusive(c.id)
+            trip = breakers.outage.fail(reason, c.id)
+            if trip is not None:
+                self._outage(c, reason, trip)
+        if self.opts.until_idle and not self.stopping:
+            # Nothing will be sent until someone acts: say why and stop, do not hang.
+            what = "paused" if c.contact is Contact.PAUSE else "in an outage"
+            why = f" ({c.detail})" if c.detail else ""
+            self.halted = " ".join(f"transport {what}: {reason}{why}".split())
+            self.stop()
+
+    def _paused(self, c: Completion, reason: str, trip: Trip) -> None:
+        if trip.opened:
+            self.observer.paused(reason)
+            self.alerts.fire(Alert("paused", f"sending paused: {reason}",
+                                   {"reason": reason, "reply_code": c.reply_code,
+                                    "worker": self.name}))
+        # The detail is mailout check's diagnosis: which setting to look at.
+        log.error("transport paused for %.0fs: %s (code %s)%s", trip.seconds, reason,
+                  c.reply_code, f": {c.detail}" if c.detail else "")
+
+    def _outage(self, c: Completion, reason: str, trip: Trip) -> None:
+        if trip.opened:
+            self.observer.outage(reason)
+            log.error("transport outage started: %s at %s%s; messages stay pending, "
+                      "uncharged; first probe in %.0fs", reason, c.stage or "-",
+                      f" ({c.detail})" if c.detail else "", trip.seconds)
+        else:
+            log.warning("transport outage continues: probe failed (%s); next probe in %.0fs",
+                        reason, trip.seconds)
+
+    def _end_pause(self) -> None:
+        if self.breakers.pause.close():
             self.observer.paused(None)
             self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))
             log.warning("transport resumed")
+
+    def _end_outage(self) -> None:
+        outage = self.breakers.outage
+        lasted, reason, probes = outage.open_for(), outage.reason, outage.failed_probes
+        if not outage.close():
+            return
+        self.observer.outage(None)
+        log.warning("transport outage ended after %.0fs (%s, %d failed probes): sending "
+                    "resumed", lasted, reason, probes)
+        if self._outage_alerted:
+            self._outage_alerted = False
+            self.alerts.fire(Alert("outage_ended", f"transport outage ended after {lasted:.0f}s",
+                                   {"reason": reason, "seconds": round(lasted),
+                                    "worker": self.name}))
+
+    async def _watch_outage(self) -> None:
+        """Fire the "outage" alert once an outage has lasted MAILOUT_OUTAGE_ALERT_SECONDS."""
+        after = self.opts.outage_alert_seconds
+        while True:
+            await asyncio.sleep(min(1.0, after / 4))
+            outage = self.breakers.outage
+            if outage.is_open and not self._outage_alerted and outage.open_for() >= after:
+                self._outage_alerted = True
+                self.alerts.fire(Alert(
+                    "outage", f"transport outage for {outage.open_for():.0f}s: {outage.reason}",
+                    {"reason": outage.reason, "seconds": round(outage.open_for()),
+                     "failed_probes": outage.failed_probes, "worker": self.name}))
 
     def _held(self, c: Completion) -> None:
         if c.detail in self._held_alerted:

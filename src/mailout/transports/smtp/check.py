@@ -29,6 +29,12 @@ def verdict(outcome: SendOutcome, settings: SmtpSettings) -> CheckResult:
     return CheckResult(False, _redact(line, settings))
 
 
+def diagnosis(outcome: SendOutcome, settings: SmtpSettings) -> str:
+    """The one-line verdict for a failed ``outcome``, as ``mailout check`` prints it:
+    for the worker's log when a send pauses on a configuration error."""
+    return verdict(outcome, settings).line
+
+
 def _describe_ok(outcome: SendOutcome, s: SmtpSettings) -> str:
     tls = {TlsMode.NONE: "no TLS", TlsMode.STARTTLS: "STARTTLS",
            TlsMode.IMPLICIT: "implicit TLS"}[s.tls]

@@ -1,11 +1,13 @@
-"""Decide what an SMTP exchange means: sent, retry, fail, pause or unknown.
+"""Decide what an SMTP exchange means: sent, retry, fail, pause, outage or unknown.
 
 Pure functions, no I/O. The client reports *what happened*
 (:class:`~mailout.transports.smtp.outcome.SendOutcome`); :func:`classify` turns that
 into *what to do* (:class:`Verdict`), following RFC 5321: a 4yz reply is transient,
-a 5yz reply is permanent. Whether a permanent reply is about this message or about
-our configuration depends on the stage it came at. :func:`to_result` wraps both into
-the provider-neutral :class:`~mailout.transports.base.SendResult`.
+a 5yz reply is permanent. Who is at fault depends on the stage: before the server
+has accepted MAIL FROM nothing about this message was discussed, so a failure there
+is the transport's (an outage: uncharged, the worker's breaker opens) or our
+configuration's (a pause); from RCPT on it is this message's (charged).
+:func:`to_result` wraps both into the provider-neutral :class:`~mailout.transports.base.SendResult`.
 
 Also here: :func:`parse_enhanced_code` and :func:`parse_provider_id`, the
 canonical parsers of reply text. They never raise.
@@ -18,7 +20,9 @@ from dataclasses import dataclass
 
 from mailout.transports.base import Decision, SendResult
 from mailout.transports.smtp import codes as smtpcodes
+from mailout.transports.smtp.check import diagnosis
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,13 @@ class Verdict:
 # Stages before the message itself is discussed: a permanent reply here is about
 # the connection, the account or the TLS setup, never about this one message.
 _CONNECTION_STAGES = frozenset({Stage.CONNECT, Stage.EHLO, Stage.STARTTLS, Stage.AUTH})
+# Stages where the server has not yet accepted anything about this message: a lost
+# connection or a 4yz reply to MAIL FROM here is the provider's trouble, not the
+# message's, and is not charged to it.
+_BEFORE_MAIL_ACCEPTED = _CONNECTION_STAGES | {Stage.MAIL}
+# The port where TLS starts at once (RFC 8314): a plain-text client waits there for
+# a greeting that never comes.
+IMPLICIT_TLS_PORT = 465
 _REJECTED_REASON = {
     Stage.CONNECT: "greeting_rejected",
     Stage.EHLO: "ehlo_rejected",
@@ -64,10 +75,15 @@ def classify(outcome: SendOutcome) -> Verdict:
       is not a reply -> UNKNOWN "lost_reply_after_data": the server may have
       queued the message, so a retry could deliver it twice;
     - TLS certificate or handshake failure -> PAUSE "tls_failure";
-    - refused, DNS, timeout or disconnect before BODY -> RETRY;
-    - 4yz at any stage -> RETRY;
+    - refused, DNS, timeout or disconnect before MAIL FROM was accepted
+      (CONNECT/EHLO/STARTTLS/AUTH/MAIL) -> OUTAGE;
+    - timeout or disconnect at RCPT or DATA -> RETRY (charged);
+    - 4yz at CONNECT/EHLO/STARTTLS/AUTH or to MAIL FROM -> OUTAGE;
+    - 4yz at RCPT/DATA/BODY -> RETRY;
     - 535, 530, 538 at any stage -> PAUSE;
     - other 5yz at CONNECT/EHLO/STARTTLS/AUTH -> PAUSE "<stage>_rejected";
+    - any other reply at CONNECT/EHLO/STARTTLS/AUTH (a 250 to AUTH, a malformed
+      code) -> PAUSE "unexpected_reply": the server is not what the settings say;
     - 5yz at MAIL/RCPT/DATA/BODY -> FAIL;
     - anything else -> RETRY "unexpected_outcome" (UNKNOWN at BODY).
 
@@ -90,16 +106,38 @@ def classify(outcome: SendOutcome) -> Verdict:
     if outcome.failure is Failure.TLS:
         return Verdict(Decision.PAUSE, "tls_failure")
     reason = _NO_CONTACT_REASON.get(outcome.failure)
-    if reason is not None:
-        return Verdict(Decision.RETRY, reason)
-    return _unforeseen(outcome.stage)
+    if reason is None:
+        return _unforeseen(outcome.stage)
+    if outcome.stage in _BEFORE_MAIL_ACCEPTED:
+        return Verdict(Decision.OUTAGE, reason)
+    return Verdict(Decision.RETRY, reason)
 
 
+def tls_mode_mismatch(outcome: SendOutcome, settings: SmtpSettings) -> bool:
+    """True for the greeting timeout of a plain-text client on the implicit-TLS port.
 
-def to_result(outcome: SendOutcome) -> SendResult:
+    The server waits for a TLS handshake and the client for a greeting: nothing is
+    wrong with the provider, the setting is (``SMTP_TLS=implicit``).
+    """
+    return (outcome.failure is Failure.TIMEOUT and outcome.stage is Stage.CONNECT
+            and settings.port == IMPLICIT_TLS_PORT and settings.tls is not TlsMode.IMPLICIT)
+
+
+def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None) -> SendResult:
     """The provider-neutral result of one SMTP exchange: its verdict, the provider's
-    id parsed from an accepting reply, and the stage and reply for the attempt log."""
+    id parsed from an accepting reply, and the stage and reply for the attempt log.
+
+    With ``settings``: a greeting timeout on port 465 without implicit TLS is a
+    PAUSE "tls_mode_mismatch", not an outage, and every PAUSE carries ``mailout
+    check``'s diagnosis (which setting to look at) as its detail, for the log.
+    """
     verdict = classify(outcome)
+    detail = outcome.detail or None
+    if settings is not None:
+        if tls_mode_mismatch(outcome, settings):
+            verdict = Verdict(Decision.PAUSE, "tls_mode_mismatch")
+        if verdict.action is Decision.PAUSE:
+            detail = diagnosis(outcome, settings)
     reply = outcome.reply
     provider_id = None
     if verdict.action is Decision.SENT and reply is not None:
@@ -112,19 +150,25 @@ def to_result(outcome: SendOutcome) -> SendResult:
         code=reply.code if reply else None,
         enhanced=reply.enhanced if reply else None,
         text=reply.text if reply else None,
-        detail=outcome.detail or None,
+        detail=detail,
     )
+
 
 def _classify_reply(stage: Stage, reply: Reply) -> Verdict:
     reply_class = _reply_class(reply.code)
     enhanced = reply.enhanced or parse_enhanced_code(reply.text)
     if reply_class == smtpcodes.TRANSIENT:
+        # Before MAIL FROM was accepted, a 4yz says the server will take nothing now.
+        action = Decision.OUTAGE if stage in _BEFORE_MAIL_ACCEPTED else Decision.RETRY
         if reply.code == smtpcodes.SERVICE_NOT_AVAILABLE:
-            return Verdict(Decision.RETRY, "service_not_available")
+            return Verdict(action, "service_not_available")
         if enhanced == smtpcodes.MAILBOX_FULL:
-            return Verdict(Decision.RETRY, "mailbox_full")
-        return Verdict(Decision.RETRY, "transient_reply")
+            return Verdict(action, "mailbox_full")
+        return Verdict(action, "transient_reply")
     if reply_class != smtpcodes.PERMANENT:
+        if stage in _CONNECTION_STAGES:
+            # A 250 to AUTH, a 3yz greeting: not the server the settings describe.
+            return Verdict(Decision.PAUSE, "unexpected_reply")
         return _unforeseen(stage)
     config_reason = _CONFIG_REPLIES.get(reply.code)
     if config_reason is not None:

@@ -22,6 +22,11 @@ classifies it into the provider-neutral :class:`SendResult`. Choices worth knowi
   aiosmtplib, before anything is written): a bug upstream, not a delivery outcome.
 * An invalid ``ca_file`` raises (OSError / ssl.SSLError) when the transport is
   built: that is a configuration error, not a delivery outcome.
+* One refused AUTH is enough: until an AUTH has succeeded, new connections
+  authenticate one at a time, and after a refusal (535, 530, any non-4yz reply)
+  the connections waiting to authenticate report the same refusal without trying
+  (a provider may lock the account after a few failures). The latch lifts once no
+  send is in flight, so the worker's probe, sent alone, tries AUTH again.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import re
 import socket
 import ssl
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import aiosmtplib
@@ -103,6 +108,10 @@ class SmtpTransport:
         self._idle: list[tuple[aiosmtplib.SMTP, bool]] = []  # (connection, needs RSET)
         self._hostname = settings.local_hostname
         self._closed = False
+        self._active = 0  # sends in flight
+        self._auth_lock = asyncio.Lock()  # one AUTH at a time until one has succeeded
+        self._auth_proven = False
+        self._auth_refused: SendOutcome | None = None  # latched until no send is in flight
 
     @property
     def settings(self) -> SmtpSettings:
@@ -110,19 +119,25 @@ class SmtpTransport:
 
     async def send(self, envelope: Envelope) -> SendResult:
         """Send ``envelope`` and classify what happened. Never raises for a delivery problem."""
-        return to_result(await self.exchange(envelope))
+        return to_result(await self.exchange(envelope), self._settings)
 
     async def exchange(self, envelope: Envelope) -> SendOutcome:
         """Send ``envelope``; report what happened in SMTP's terms."""
-        async with self._slots:
-            attempt = _Attempt()
-            try:
-                outcome = await self._run(attempt, self._deliver(attempt, envelope))
-            except BaseException:  # cancelled from outside: the connection state is unknown
-                self._release(attempt.smtp, None)
-                raise
-            self._release(attempt.smtp, outcome)
-            return outcome
+        self._active += 1
+        try:
+            async with self._slots:
+                attempt = _Attempt()
+                try:
+                    outcome = await self._run(attempt, self._deliver(attempt, envelope))
+                except BaseException:  # cancelled from outside: the connection state is unknown
+                    self._release(attempt.smtp, None)
+                    raise
+                self._release(attempt.smtp, outcome)
+                return outcome
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._auth_refused = None  # the next send (a probe) may try AUTH again
 
     async def check(self) -> CheckResult:
         """Connect, EHLO, STARTTLS and AUTH as configured, send nothing, and say in
@@ -190,9 +205,33 @@ class SmtpTransport:
             await self._starttls(smtp, attempt)
         if settings.username is not None:
             attempt.stage = Stage.AUTH
-            response = await _authenticate(smtp, settings.username, settings.password or "")
-            attempt.reply = _reply(response)
+            attempt.reply = _reply(await self._auth(smtp))
         return smtp
+
+    async def _auth(self, smtp: aiosmtplib.SMTP) -> SMTPResponse:
+        """AUTH, at most one refusal per burst of sends (see the module docstring)."""
+        assert self._settings.username is not None  # only called with a user set
+        user, password = self._settings.username, self._settings.password or ""
+        if self._auth_proven:
+            return await self._auth_once(smtp, user, password)
+        async with self._auth_lock:
+            refused = self._auth_refused
+            if refused is not None:
+                detail = "AUTH not tried: it was just refused on another connection"
+                raise _Abort(replace(refused, detail=detail))
+            return await self._auth_once(smtp, user, password)
+
+    async def _auth_once(self, smtp: aiosmtplib.SMTP, user: str, password: str) -> SMTPResponse:
+        try:
+            response = await _authenticate(smtp, user, password)
+        except SMTPResponseException as exc:
+            if exc.code // 100 != smtpcodes.TRANSIENT:
+                self._auth_proven = False
+                self._auth_refused = SendOutcome(
+                    Stage.AUTH, reply=parse_reply(exc.code, exc.message), failure=Failure.REPLY)
+            raise
+        self._auth_proven = True
+        return response
 
     async def _starttls(self, smtp: aiosmtplib.SMTP, attempt: _Attempt) -> None:
         attempt.stage = Stage.STARTTLS
