@@ -85,6 +85,22 @@ def test_readiness_follows_database_and_pause() -> None:
     assert obs.readiness() == (True, "ready")
 
 
+def test_the_outage_gauge_carries_its_reason_and_leaves_readiness_alone() -> None:
+    obs = PrometheusObserver(live_after=5)
+    obs.tick()
+    obs.database(True)
+    assert _value(obs, "mailout_transport_outage", reason="") == 0
+    obs.outage("connect_refused")
+    assert _value(obs, "mailout_transport_outage", reason="connect_refused") == 1
+    assert _value(obs, "mailout_transport_outage", reason="") is None  # one series at a time
+    assert obs.readiness() == (True, "ready")  # /readyz keeps its meaning
+    assert (_value(obs, "mailout_transport_outage_seconds") or 0) >= 0
+    obs.outage(None)
+    assert _value(obs, "mailout_transport_outage", reason="connect_refused") is None
+    assert _value(obs, "mailout_transport_outage", reason="") == 0
+    assert _value(obs, "mailout_transport_outage_seconds") == 0
+
+
 def test_liveness_fails_when_the_loop_stops_ticking() -> None:
     obs = PrometheusObserver(live_after=5)
     obs.tick()
