@@ -26,8 +26,14 @@ from sqlalchemy import Engine, func, select
 from mailout.alerts import Alert
 from mailout.db.schema import attempts, messages
 from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.transports.base import Decision
+from mailout.transports.smtp.classify import IMPLICIT_TLS_PORT
+from mailout.transports.smtp.client import SmtpTransport
+from mailout.transports.smtp.settings import TlsMode
 from mailout.worker.build import build_worker
+from tests.support.fixtures import raw_envelope, smtp_settings_for
 from tests.support.smtpserver import SmtpTestServer
+from tests.support.tls import TestCerts
 from tests.support.workers import settings_for, spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com",
@@ -240,3 +246,26 @@ def test_until_idle_exits_3_with_a_one_line_reason_when_the_transport_is_down(
     assert expected in reason[0]
     assert seconds < 15  # it ends instead of hanging (a bound, not a speed figure)
     assert {s for s, _, _ in statuses(engine).values()} == {"pending"}
+
+
+def test_plain_smtp_to_the_implicit_tls_port_pauses_with_the_check_diagnosis(
+    test_certs: TestCerts,
+) -> None:
+    """Port 465 speaks TLS first; a STARTTLS client waits for a greeting that never
+    comes. That is a setting, not an outage: pause, and say which setting."""
+    try:
+        server = SmtpTestServer(port=IMPLICIT_TLS_PORT, tls_context=test_certs.server_context,
+                                implicit_tls=True, ca_file=test_certs.ca_file).start()
+    except OSError:
+        pytest.skip("port 465 is taken on this machine")
+    try:
+        transport = SmtpTransport(smtp_settings_for(server, tls=TlsMode.STARTTLS, timeout=1.0))
+        envelope = raw_envelope("shop@example.com", "buyer@example.com",
+                                b"Subject: x\r\n\r\nhi\r\n", "<m1@test>")
+        result = asyncio.run(transport.send(envelope))
+    finally:
+        server.stop()
+    assert (result.decision, result.reason, result.stage) == (
+        Decision.PAUSE, "tls_mode_mismatch", "connect")
+    assert result.detail is not None
+    assert "SMTP_TLS=implicit" in result.detail

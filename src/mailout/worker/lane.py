@@ -157,7 +157,8 @@ class LaneRunner:
         poll = self.worker.options.poll_seconds
         breaker = self.worker.breakers
         waits = [poll]
-        if breaker.paused and not self.in_flight:
+        if breaker.paused and not self.in_flight and breaker.seconds_left() > 0:
+            # Wake for the probe; once it is allowed, claims wait for a due row as usual.
             waits.append(max(0.05, breaker.seconds_left()))
         waits += [max(0.01, b.wait_time()) for _, b in self._groups if b is not None]
         return min(waits)
