@@ -19,7 +19,6 @@ import functools
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from email import headerregistry
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
@@ -32,24 +31,14 @@ from mailout.exceptions import RenderError
 from mailout.models import ClaimedMessage, Mailbox
 from mailout.templates import HTML_FILE, SUBJECT_FILE, TEXT_FILE, validate_template_name
 from mailout.transports.base import Envelope
+from mailout.validate import BAD_HEADER_CHARS, extra_header, parse_mailbox
 
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII but ":"
 # Headers the renderer owns; extras may not set them (Content-* too, by prefix).
 _OWN_HEADERS = frozenset({"message-id", "date", "from", "to", "subject", "mime-version"})
-# Every character str.splitlines() breaks on, plus the other C0 controls and DEL:
-# any of them in a header value is an injection attempt or a rendering bug.
-_BAD_HEADER_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 _MAX_LINE = 998  # RFC 5322 hard limit, CRLF excluded
-# Extras that hold addresses: non-ASCII display names there need encoded-words
-# around the name only, never around the address.
-_ADDRESS_HEADERS = frozenset({"reply-to", "sender", "resent-from", "resent-sender",
-                              "resent-to", "resent-cc", "resent-bcc"})
 # RFC 5322 3.6: at most one of each (the renderer's own headers are refused anyway).
 _ONCE = frozenset({"reply-to", "sender", "in-reply-to", "references"})
-# A plain address (dot-atom@dot-atom) needs no parser: the stdlib's would return it
-# unchanged. Anything else (display names, quoting, literals) takes the slow path.
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_SIMPLE_ADDRESS = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
 # A template can fail on the data it is given (a filter on the wrong type, a
 # division by zero...): permanent for this message, so a RenderError. OSError is
 # left out: an unreadable file may be fixed by an operator.
@@ -87,7 +76,7 @@ class Renderer:
     ) -> None:
         if not _HEADER_NAME_RE.fullmatch(idempotency_header) or _is_own(idempotency_header):
             raise ValueError(f"bad idempotency header name {idempotency_header!r}")
-        self._from = _mailbox("From", mail_from)
+        self._from = parse_mailbox("From", mail_from)
         self._from_header = mime.address("From", [self._from])
         self._mail_from = mail_from
         # VERP: a per-message envelope sender, so that a bounce names its row.
@@ -137,7 +126,7 @@ class Renderer:
                 raise RenderError(None, "neither a template nor a subject with a text or html body")
             subject, text, html = msg.subject, msg.text, msg.html
         subject = subject.strip()
-        if _BAD_HEADER_CHARS.search(subject):
+        if BAD_HEADER_CHARS.search(subject):
             raise RenderError(msg.template, "subject has a line break or control character")
         return subject, text, html
 
@@ -182,11 +171,11 @@ class Renderer:
             if msg.sender is None or msg.sender == self._mail_from:
                 sender, from_header = self._from, self._from_header
             else:
-                sender = _mailbox("From", msg.sender)
+                sender = parse_mailbox("From", msg.sender)
                 from_header = mime.address("From", [sender])
-            recipient = _mailbox("To", msg.recipient)
+            recipient = parse_mailbox("To", msg.recipient)
             for field, value in (("Message-ID", msg.message_id), ("key", msg.key)):
-                if not value or _BAD_HEADER_CHARS.search(value) or len(value) > _MAX_LINE // 2:
+                if not value or BAD_HEADER_CHARS.search(value) or len(value) > _MAX_LINE // 2:
                     raise ValueError(f"{field} is empty, too long or has a control character")
             headers = [
                 mime.raw("Message-ID", msg.message_id),
@@ -199,7 +188,7 @@ class Renderer:
             ]
             seen: set[str] = set()
             for name, value in extras.items():
-                if not _HEADER_NAME_RE.fullmatch(name) or _BAD_HEADER_CHARS.search(value):
+                if not _HEADER_NAME_RE.fullmatch(name) or BAD_HEADER_CHARS.search(value):
                     raise ValueError(f"extra header {name!r} is malformed")
                 lowered = name.lower()
                 if _is_own(name) or lowered == self._idempotency_header.lower():
@@ -207,7 +196,7 @@ class Renderer:
                 if lowered in seen and lowered in _ONCE:
                     raise ValueError(f"extra header {name!r} is given twice")
                 seen.add(lowered)
-                headers.append(_extra(name, value))
+                headers.append(extra_header(name, value))
             head = "".join(headers).encode("ascii")
             for body in (text, html):
                 if body is not None and not body.isascii():
@@ -273,43 +262,3 @@ def _render(name: str, file: str, template: jinja2.Template, params: dict[str, A
 def _is_own(name: str) -> bool:
     lowered = name.lower()
     return lowered in _OWN_HEADERS or lowered.startswith("content-")
-
-
-_REGISTRY = headerregistry.HeaderRegistry()
-
-
-def _mailbox(field: str, value: str) -> tuple[str, str]:
-    """(display name, bare address) of a single-mailbox value; ValueError otherwise."""
-    if _SIMPLE_ADDRESS.fullmatch(value):
-        return "", value
-    if _BAD_HEADER_CHARS.search(value):
-        raise ValueError(f"{field} contains a line break or control character")
-    return _parsed_mailbox(field, value)
-
-
-@functools.lru_cache(maxsize=1024)  # senders repeat; the stdlib parser is slow
-def _parsed_mailbox(field: str, value: str) -> tuple[str, str]:
-    header = _REGISTRY(field, value)
-    assert isinstance(header, headerregistry.AddressHeader)  # From and To always are
-    addresses = header.addresses
-    if len(addresses) == 1 and not addresses[0].addr_spec.isascii():
-        raise ValueError(f"{field} must be an ASCII address (no SMTPUTF8 support): {value!r}")
-    if header.defects or len(addresses) != 1:
-        raise ValueError(f"{field} must hold exactly one valid address: {value!r}")
-    if not addresses[0].username or not addresses[0].domain:
-        raise ValueError(f"{field} must be a user@domain address: {value!r}")
-    return addresses[0].display_name, addresses[0].addr_spec
-
-
-def _extra(name: str, value: str) -> str:
-    """One extra header line. Address headers keep their addresses readable."""
-    if name.lower() not in _ADDRESS_HEADERS or (
-        value.isascii() and value.isprintable() and "=?" not in value
-    ):
-        return mime.unstructured(name, value)
-    header = _REGISTRY("Reply-To", value)  # any address-list header parses alike
-    assert isinstance(header, headerregistry.AddressHeader)
-    mailboxes = [(a.display_name, a.addr_spec) for a in header.addresses]
-    if header.defects or not mailboxes or not all(a.isascii() for _, a in mailboxes):
-        raise ValueError(f"extra header {name!r} is not a valid ASCII address list")
-    return mime.address(name, mailboxes)

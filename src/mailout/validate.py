@@ -11,14 +11,16 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from email.utils import parseaddr
+from email import headerregistry
 from pathlib import Path
 from typing import Any
 
 from email_validator import EmailNotValidError, validate_email
 from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES, DOT_ATOM_TEXT
 
+from mailout import mime
 from mailout.exceptions import InvalidMessage
+from mailout.models import Mailbox
 from mailout.templates import template_exists, validate_template_name
 
 KEY_MAX = 255
@@ -122,13 +124,106 @@ def _plain_domain(domain: str) -> str | None:
 
 
 def mailbox(field: str, value: object) -> str:
-    """An address with an optional display name (``Shop <shop@example.com>``)."""
+    """An address with an optional display name (``Shop <shop@example.com>``).
+
+    Read with the renderer's parser (:func:`parse_mailbox`), so that what enqueue
+    accepts the worker can render; the address is then normalised like any other.
+    The result is written so that it parses back to the same name and address.
+    """
     raw = text(field, value, header=True, allow_empty=False)
-    name, addr = parseaddr(raw)
-    if not addr:
-        raise InvalidMessage(field, "not a valid address")
+    name, addr = parse_mailbox(field, raw)
     checked = address(field, addr)
-    return f"{name} <{checked}>" if name else checked
+    if not name:
+        return checked
+    formatted = str(Mailbox(checked, name))  # quoted where the name needs it
+    if parse_mailbox(field, formatted) != (name, checked):
+        raise InvalidMessage(field, f"the display name cannot be written back as given: {raw!r}")
+    _rendered(field, lambda: mime.address("From", [(name, checked)]))
+    return formatted
+
+
+# -- the renderer's address parsing, shared with enqueue ---------------------------
+# The worker renders From, To and address-holding extra headers with the functions
+# below; enqueue validates with the same ones, so a message it accepts cannot fail
+# to render on its addresses (and never reaches the worker as a poison message).
+
+# Every character str.splitlines() breaks on, plus the other C0 controls and DEL:
+# any of them in a header value is an injection attempt or a rendering bug.
+BAD_HEADER_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+# Extras that hold addresses: non-ASCII display names there need encoded-words
+# around the name only, never around the address.
+ADDRESS_HEADERS = frozenset({"reply-to", "sender", "resent-from", "resent-sender",
+                             "resent-to", "resent-cc", "resent-bcc"})
+# A plain address (dot-atom@dot-atom) needs no parser: the stdlib's would return it
+# unchanged. Anything else (display names, quoting, literals) takes the slow path.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_SIMPLE_ADDRESS = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+_REGISTRY = headerregistry.HeaderRegistry()
+_Parsed = tuple[tuple[tuple[str, str, str, str], ...], bool]  # (name, addr, user, domain)s, defects
+
+
+def parse_mailbox(field: str, value: str) -> tuple[str, str]:
+    """(display name, bare address) of a single-mailbox value (From, To).
+
+    Raises InvalidMessage (a ValueError) for a line break or control character,
+    several addresses or none, a defect, a non-ASCII address (no SMTPUTF8 support),
+    an address without a user or a domain, or an input the parser fails on.
+    """
+    if _SIMPLE_ADDRESS.fullmatch(value):
+        return "", value
+    if BAD_HEADER_CHARS.search(value):
+        raise InvalidMessage(field, "contains a line break or control character")
+    return _parsed_mailbox(field, value)
+
+
+@functools.lru_cache(maxsize=1024)  # senders repeat; the stdlib parser is slow
+def _parsed_mailbox(field: str, value: str) -> tuple[str, str]:
+    found, defects = _parse(field, value)
+    if len(found) == 1 and not found[0][1].isascii():
+        raise InvalidMessage(field, f"must be an ASCII address (no SMTPUTF8 support): {value!r}")
+    if defects or len(found) != 1:
+        raise InvalidMessage(field, f"must hold exactly one valid address: {value!r}")
+    name, addr, user, domain = found[0]
+    if not user or not domain:
+        raise InvalidMessage(field, f"must be a user@domain address: {value!r}")
+    return name, addr
+
+
+def extra_header(name: str, value: str) -> str:
+    """One extra header line, as the renderer writes it. Address headers
+    (:data:`ADDRESS_HEADERS`) keep their addresses readable: they are parsed and
+    each display name is encoded on its own. Raises InvalidMessage for an address
+    header that is not a valid ASCII address list."""
+    if name.lower() not in ADDRESS_HEADERS or (
+        value.isascii() and value.isprintable() and "=?" not in value
+    ):
+        return mime.unstructured(name, value)
+    found, defects = _parse(name, value)
+    mailboxes = [(display, addr) for display, addr, _, _ in found]
+    if defects or not mailboxes or not all(a.isascii() for _, a in mailboxes):
+        raise InvalidMessage(name, f"extra header {name!r} is not a valid ASCII address list")
+    return _rendered(name, lambda: mime.address(name, mailboxes))
+
+
+def _parse(field: str, value: str) -> _Parsed:
+    """The stdlib's RFC 5322 address-list parser, every failure an InvalidMessage."""
+    try:
+        header = _REGISTRY("To", value)  # every address header parses alike
+        assert isinstance(header, headerregistry.AddressHeader)  # "To" always is
+        found = tuple((a.display_name, a.addr_spec, a.username, a.domain)
+                      for a in header.addresses)
+        return found, bool(header.defects)
+    except Exception:  # the parser itself fails on some input (IndexError on " :;:ü")
+        raise InvalidMessage(field, f"cannot be read as an address list: {value!r}") from None
+
+
+def _rendered(field: str, write: Any) -> str:
+    """``write()``'s header line; a failure there is the input's, as an InvalidMessage."""
+    try:
+        line: str = write()
+    except Exception as exc:  # any failure to write it means: refuse it
+        raise InvalidMessage(field, f"cannot be written as a header: {exc}") from None
+    return line
 
 
 def key(value: object) -> str:
@@ -231,6 +326,8 @@ def headers(value: object) -> dict[str, str]:
         if name.lower() in RESERVED_HEADERS or name.lower().startswith("content-"):
             raise InvalidMessage("headers", f"{name!r} is set by mailout and cannot be given")
         out[name] = text(f"headers[{name}]", val, header=True)
+        if name.lower() in ADDRESS_HEADERS:
+            extra_header(name, out[name])  # as the worker will write it
     return out
 
 
