@@ -115,7 +115,8 @@ def bench_server(url: str, batch: list[tuple[bytes, dict[str, str]]], clients: i
         proc.wait(15)
 
 
-def bench_handler(url: str, batch: list[tuple[bytes, dict[str, str]]]) -> float:
+def bench_handler(url: str, batch: list[tuple[bytes, dict[str, str]]]) -> tuple[float, float]:
+    """(events per second, this process's CPU microseconds per event)."""
     from mailout.webhooks.handler import WebhookHandler
     from mailout.webhooks.settings import WebhookSettings, svix_secret
 
@@ -123,14 +124,14 @@ def bench_handler(url: str, batch: list[tuple[bytes, dict[str, str]]]) -> float:
     handler = WebhookHandler(engine, WebhookSettings(
         resend_secret=svix_secret("bench", w.RESEND_SECRET), bounce_rate_alert=None,
         complaint_rate_alert=None))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for body, headers in batch:
         reply = handler.handle("resend", headers, body)
         if reply.status != 200 or reply.body["stored"] != 1:
             raise SystemExit(f"handler answered {reply}")
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     engine.dispose()
-    return len(batch) / elapsed
+    return len(batch) / elapsed, cpu / len(batch) * 1e6
 
 
 def main() -> None:
@@ -144,7 +145,7 @@ def main() -> None:
         server_batch = requests(args.events, 0)
         handler_batch = requests(args.events, args.events)
         server_rate = bench_server(url, server_batch, args.clients)
-        handler_rate = bench_handler(url, handler_batch)
+        handler_rate, cpu_us = bench_handler(url, handler_batch)
         stored = count_events(url)
     assert stored == 2 * args.events, stored
     print(f"signed Resend bounces, {args.events} per run, PostgreSQL, each stored, linked "
@@ -152,7 +153,8 @@ def main() -> None:
     print(f"  mailout webhooks serve (1 process, HTTP, {args.clients} client threads): "
           f"{server_rate:,.0f} events/s")
     print(f"  handler alone (1 thread, no HTTP):                           "
-          f"{handler_rate:,.0f} events/s")
+          f"{handler_rate:,.0f} events/s, {cpu_us:,.0f} us of CPU per event in this process")
+    print(f"  load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
