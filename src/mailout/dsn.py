@@ -71,8 +71,14 @@ def parse(data: bytes, source: str = "<input>") -> list[Event]:
         raise ReportError(source, f"larger than {MAX_REPORT_BYTES} bytes")
     if not data.strip():
         raise ReportError(source, "empty input")
-    msg = email.message_from_bytes(data)
-    return parse_message(msg, source, fingerprint=derived_id(data))
+    try:
+        msg = email.message_from_bytes(data)
+        return parse_message(msg, source, fingerprint=derived_id(data))
+    except ReportError:
+        raise
+    except (ValueError, TypeError, AttributeError, LookupError, UnicodeError) as exc:
+        # The email package can trip over mangled input in many ways: unreadable.
+        raise ReportError(source, f"unreadable ({type(exc).__name__})") from None
 
 
 def parse_message(msg: Message, source: str = "<input>",
@@ -81,7 +87,7 @@ def parse_message(msg: Message, source: str = "<input>",
     if msg.get_content_type() != "multipart/report":
         raise ReportError(source, f"not a multipart/report but {msg.get_content_type()}: "
                           "only RFC 3464 DSNs and RFC 5965 ARF reports are read")
-    own_id = normalize_message_id(msg.get("Message-ID")) or fingerprint or ""
+    own_id = normalize_message_id(_h(msg, "Message-ID")) or fingerprint or ""
     original = _original_headers(msg)
     return_path = _return_path(msg, original)
     for part in msg.walk():
@@ -104,6 +110,12 @@ def read_mbox(path: Path) -> Iterator[tuple[str, bytes]]:
         box.close()
 
 
+def _h(msg: Message, name: str) -> str | None:
+    """A header as text (an undecodable one comes back as a Header object), or None."""
+    value = msg.get(name)
+    return None if value is None else str(value)
+
+
 # -- RFC 3464 ----------------------------------------------------------------------
 
 def _blocks(part: Message, source: str) -> list[Message]:
@@ -123,13 +135,13 @@ def _dsn_events(part: Message, msg: Message, original: Message | None,
                 return_path: str | None, own_id: str, source: str) -> list[Event]:
     blocks = _blocks(part, source)
     per_message, recipients = blocks[0], blocks[1:]
-    if per_message.get("Final-Recipient") and not per_message.get("Reporting-MTA"):
+    if _h(per_message, "Final-Recipient") and not _h(per_message, "Reporting-MTA"):
         recipients = blocks  # a report without the per-message block
         per_message = Message()
     if not recipients:
         raise ReportError(source, "the delivery status names no recipient")
     message_id = _original_message_id(original)
-    fallback_time = _date(per_message.get("Arrival-Date")) or _date(msg.get("Date"))
+    fallback_time = _date(_h(per_message, "Arrival-Date")) or _date(_h(msg, "Date"))
     events = []
     for block in recipients:
         event = _recipient_event(block, message_id, return_path, own_id, fallback_time)
@@ -142,13 +154,13 @@ def _dsn_events(part: Message, msg: Message, original: Message | None,
 
 def _recipient_event(block: Message, message_id: str | None, return_path: str | None,
                      own_id: str, fallback_time: datetime | None) -> Event | None:
-    final = block.get("Final-Recipient") or block.get("Original-Recipient")
-    action = (block.get("Action") or "").strip().lower()
+    final = _h(block, "Final-Recipient") or _h(block, "Original-Recipient")
+    action = (_h(block, "Action") or "").strip().lower()
     if not final or not action:
         return None
     recipient = normalize_address(_address_field(final))
-    status = (block.get("Status") or "").strip()
-    diagnostic = clip(_unfold(block.get("Diagnostic-Code")))
+    status = (_h(block, "Status") or "").strip()
+    diagnostic = clip(_unfold(_h(block, "Diagnostic-Code")))
     if action == "failed":
         etype, subtype = EventType.BOUNCED, bounce_kind(status, diagnostic).value
     elif action == "delayed":
@@ -158,7 +170,7 @@ def _recipient_event(block: Message, message_id: str | None, return_path: str | 
     else:
         return None
     detail = " ".join(x for x in (status, diagnostic) if x) or None
-    occurred = _date(block.get("Last-Attempt-Date")) or fallback_time or datetime.now(UTC)
+    occurred = _date(_h(block, "Last-Attempt-Date")) or fallback_time or datetime.now(UTC)
     record = {k: _unfold(v) for k, v in block.items()}
     return Event(
         provider=Provider.DSN, event_id=derived_id("dsn", own_id, recipient, action, status),
@@ -195,7 +207,7 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
                 return_path: str | None, own_id: str, source: str) -> list[Event]:
     blocks = _blocks(part, source)
     report = blocks[0]
-    feedback = (report.get("Feedback-Type") or "").strip().lower()
+    feedback = (_h(report, "Feedback-Type") or "").strip().lower()
     if not feedback:
         raise ReportError(source, "the feedback report has no Feedback-Type")
     if feedback == "not-spam":
@@ -203,14 +215,14 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
     message_id = _original_message_id(original)
     recipients = [normalize_address(_address_field(v))
                   for v in report.get_all("Original-Rcpt-To") or []]
-    if not recipients and original is not None and original.get("To"):
+    if not recipients and original is not None and _h(original, "To"):
         recipients = [normalize_address(a) for _, a in
-                      email.utils.getaddresses([str(original.get("To"))]) if a]
+                      email.utils.getaddresses([str(_h(original, "To"))]) if a]
     if not recipients and message_id is None and return_path is None:
         raise ReportError(source, "the complaint names neither a recipient nor the "
                           "original Message-ID")
-    occurred = (_date(report.get("Arrival-Date")) or _date(report.get("Received-Date"))
-                or _date(msg.get("Date")) or datetime.now(UTC))
+    occurred = (_date(_h(report, "Arrival-Date")) or _date(_h(report, "Received-Date"))
+                or _date(_h(msg, "Date")) or datetime.now(UTC))
     record = {k: _unfold(v) for k, v in report.items()}
     return [
         Event(provider=Provider.ARF, event_id=derived_id("arf", own_id, rcpt),
@@ -242,17 +254,17 @@ def _original_headers(msg: Message) -> Message | None:
 def _original_message_id(original: Message | None) -> str | None:
     if original is None:
         return None
-    return normalize_message_id(original.get("Message-ID"))
+    return normalize_message_id(_h(original, "Message-ID"))
 
 
 def _return_path(msg: Message, original: Message | None) -> str | None:
     """Where the bounce was sent: the address a VERP return path would show up as."""
     for name in _VERP_HEADERS:
-        value = msg.get(name)
+        value = _h(msg, name)
         if value and "+" in value:
             return normalize_address(email.utils.parseaddr(str(value))[1] or str(value))
-    if original is not None and original.get("Return-Path"):
-        return normalize_address(str(original.get("Return-Path")))
+    if original is not None and _h(original, "Return-Path"):
+        return normalize_address(str(_h(original, "Return-Path")))
     return None
 
 

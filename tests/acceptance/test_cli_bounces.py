@@ -96,3 +96,18 @@ def test_markup_and_control_characters_in_data_are_shown_inert(sqlite_url: str) 
     out = mailout("suppress", "list", env=env).stdout
     assert "[bold red]x[/]" in out
     assert "\x1b" not in out
+
+
+def test_an_mbox_of_reports_is_read_whole(sqlite_url: str, tmp_path: Path) -> None:
+    import mailbox
+
+    box = mailbox.mbox(str(tmp_path / "bounces.mbox"))
+    for name in ("postfix_soft.eml", "gmail_hard.eml", "arf_microsoft_redacted.eml"):
+        box.add((CORPUS / name).read_bytes())
+    box.flush()
+    box.close()
+    out = json.loads(mailout("bounces", "ingest", "--mbox", "--json",
+                             str(tmp_path / "bounces.mbox"),
+                             env={"MAILOUT_DATABASE_URL": sqlite_url}).stdout)
+    assert (out["events"], out["stored"], out["unmatched"]) == (3, 3, 3)
+    assert sorted(out["suppressed"]) == ["redacted@hotmail.example", "typo.name@gmial.example"]

@@ -289,3 +289,23 @@ def test_return_path_links_only_for_the_rows_own_recipient(engine: Engine) -> No
     with engine.begin() as conn:
         result = ingest(conn, dsn.parse(other), policy)
     assert (result.stored, result.matched, result.unmatched) == (1, 0, 1)
+
+
+def test_concurrent_redeliveries_of_one_event_store_it_once(hook: Hook) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import UTC, datetime, timedelta
+
+    _row, pid, _mid = sent_row(hook.engine, "race@example.com")
+    doc = w.resend_event("email.bounced", "race@example.com", pid,
+                         bounce={"type": "Permanent", "message": "550 5.1.1"})
+    now = datetime.now(UTC)
+    # The same Svix message, signed at eight different moments: eight genuine retries.
+    copies = [w.resend_request(doc, msg_id="msg_race", at=now + timedelta(seconds=i))
+              for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda c: hook.post("resend", c), copies))
+    assert [s for s, _ in replies] == [200] * 8
+    assert sum(b["stored"] for _, b in replies) == 1
+    assert sum(b["duplicates"] for _, b in replies) == 7
+    assert len(stored(hook.engine)) == 1
+    assert suppressed(hook.engine) == {"race@example.com": "hard_bounce"}

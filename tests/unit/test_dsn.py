@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mailout import dsn
 from mailout.events import BounceKind, EventType, Provider
@@ -129,3 +131,24 @@ def test_empty_and_oversized_input_are_refused() -> None:
 ])
 def test_bounce_kind(status: str, diagnostic: str | None, kind: BounceKind) -> None:
     assert dsn.bounce_kind(status, diagnostic) is kind
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000))
+def test_arbitrary_bytes_give_events_or_a_report_error(data: bytes) -> None:
+    try:
+        events = dsn.parse(data)
+    except dsn.ReportError:
+        return
+    assert all(isinstance(e, dsn.Event) for e in events)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=4000), st.binary(max_size=50))
+def test_mangled_real_reports_give_events_or_a_report_error(cut: int, junk: bytes) -> None:
+    raw = (CORPUS / "multi_recipient.eml").read_bytes()
+    try:
+        events = dsn.parse(raw[:cut] + junk + raw[cut + len(junk):])
+    except dsn.ReportError:
+        return
+    assert all(e.recipient == e.recipient.lower() for e in events)
