@@ -36,7 +36,12 @@ class Decision(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RecipientResult:
-    """How one recipient fared, where the protocol says so per recipient."""
+    """How one recipient fared, where the protocol says so per recipient.
+
+    A transport lists the recipients whose fate differs or that it knows one by one
+    (SMTP: each RCPT reply, when a message has several recipients); a recipient it
+    does not list shares the message's decision.
+    """
 
     address: str
     decision: Decision  # SENT, RETRY or FAILED
@@ -91,6 +96,10 @@ class Envelope:
     headers: tuple[tuple[str, str], ...] = ()
     attachments: tuple[Attachment, ...] = ()
     return_path: str | None = None  # the envelope sender, when not the From address
+    # When set, only these envelope recipients get this send: a retry of the recipients
+    # a provider deferred, while those that accepted before are not sent it again. The
+    # headers still name everyone (it is the same message). Empty means all.
+    deliver_to: tuple[str, ...] = ()
     wire_builder: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -100,7 +109,12 @@ class Envelope:
 
     @property
     def recipients(self) -> tuple[str, ...]:
-        """Every envelope recipient (to, cc, bcc), bare addresses, first occurrence kept."""
+        """The envelope recipients of this send, bare addresses, first occurrence kept:
+        ``deliver_to`` when set, else every address of to, cc and bcc."""
+        if self.deliver_to:
+            return self.deliver_to
+        if not self.cc and not self.bcc and len(self.to) == 1:
+            return (self.to[0].address,)  # the common case, without building a dict
         return tuple(dict.fromkeys(m.address for m in (*self.to, *self.cc, *self.bcc)))
 
     @cached_property

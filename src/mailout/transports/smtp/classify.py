@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mailout.transports.base import Decision, SendResult
+from mailout.transports.base import Decision, RecipientResult, SendResult
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.check import diagnosis
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
@@ -85,6 +85,8 @@ def classify(outcome: SendOutcome) -> Verdict:
     - any other reply at CONNECT/EHLO/STARTTLS/AUTH (a 250 to AUTH, a malformed
       code) -> PAUSE "unexpected_reply": the server is not what the settings say;
     - 5yz at MAIL/RCPT/DATA/BODY -> FAIL;
+    - every recipient refused at RCPT: the weightiest refusal decides (a
+      configuration error, else a 4yz, else a 5yz);
     - anything else -> RETRY "unexpected_outcome" (UNKNOWN at BODY).
 
     The basic reply code decides transient vs permanent; the enhanced code only
@@ -96,9 +98,10 @@ def classify(outcome: SendOutcome) -> Verdict:
             return _SENT
         return _classify_reply(outcome.stage, outcome.reply)
     if outcome.failure is Failure.REPLY:
-        if outcome.reply is None:
+        reply = _deciding_reply(outcome)
+        if reply is None:
             return _unforeseen(outcome.stage)
-        return _classify_reply(outcome.stage, outcome.reply)
+        return _classify_reply(outcome.stage, reply)
     if outcome.stage is Stage.BODY:
         # Whatever broke the connection after DATA's 354, the final "." may have
         # reached the server and been queued; only the reply went missing.
@@ -125,7 +128,8 @@ def tls_mode_mismatch(outcome: SendOutcome, settings: SmtpSettings) -> bool:
 
 def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None) -> SendResult:
     """The provider-neutral result of one SMTP exchange: its verdict, the provider's
-    id parsed from an accepting reply, and the stage and reply for the attempt log.
+    id parsed from an accepting reply, the stage and reply for the attempt log, and,
+    for a message to several recipients, how each recipient's RCPT went.
 
     With ``settings``: a greeting timeout on port 465 without implicit TLS is a
     PAUSE "tls_mode_mismatch", not an outage, and every PAUSE carries ``mailout
@@ -138,7 +142,7 @@ def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None) -> Sen
             verdict = Verdict(Decision.PAUSE, "tls_mode_mismatch")
         if verdict.action is Decision.PAUSE:
             detail = diagnosis(outcome, settings)
-    reply = outcome.reply
+    reply = _deciding_reply(outcome)
     provider_id = None
     if verdict.action is Decision.SENT and reply is not None:
         provider_id = parse_provider_id(reply.text)
@@ -151,7 +155,58 @@ def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None) -> Sen
         enhanced=reply.enhanced if reply else None,
         text=reply.text if reply else None,
         detail=detail,
+        recipients=recipient_results(outcome, verdict.action),
     )
+
+
+def recipient_results(outcome: SendOutcome, decision: Decision) -> tuple[RecipientResult, ...]:
+    """Each recipient's fate, for a message sent to several (none for one: the
+    message's decision says it all).
+
+    A recipient the server accepted at RCPT shares the message's decision, but only
+    when that is SENT: otherwise it is left out, and shares it anyway. A refused one
+    gets its own reply's decision, RETRY (4yz) or FAILED (5yz); a refusal that is
+    about our configuration (530 at RCPT...) is left to the message's PAUSE.
+    """
+    if len(outcome.rcpt_replies) < 2:  # one recipient: the message says it all
+        return ()
+    results = []
+    for address, reply in outcome.rcpt_replies:
+        if reply.code in _ACCEPTED_RCPT:
+            if decision is Decision.SENT:
+                results.append(_recipient(address, Decision.SENT, reply))
+            continue
+        own = _classify_reply(Stage.RCPT, reply).action
+        if own in (Decision.RETRY, Decision.FAILED):
+            results.append(_recipient(address, own, reply))
+    return tuple(results)
+
+
+def _recipient(address: str, decision: Decision, reply: Reply) -> RecipientResult:
+    enhanced = reply.enhanced or parse_enhanced_code(reply.text)
+    return RecipientResult(address, decision, reply.code, enhanced, reply.text)
+
+
+_ACCEPTED_RCPT = frozenset({smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD})
+# When every recipient was refused, the one whose refusal weighs most speaks for the
+# message: a configuration error first, then a transient one (someone may yet get
+# it), then a permanent one.
+_WEIGHT = {Decision.PAUSE: 0, Decision.RETRY: 1, Decision.FAILED: 2}
+
+
+def _refused_everyone(outcome: SendOutcome) -> Reply | None:
+    """The reply that decides a transaction in which every RCPT was refused."""
+    if outcome.stage is not Stage.RCPT or outcome.failure is not Failure.REPLY:
+        return None
+    refused = [r for _, r in outcome.rcpt_replies if r.code not in _ACCEPTED_RCPT]
+    if len(refused) < 2:  # one refusal is the reply itself
+        return None
+    return min(refused,
+               key=lambda r: _WEIGHT.get(_classify_reply(Stage.RCPT, r).action, len(_WEIGHT)))
+
+
+def _deciding_reply(outcome: SendOutcome) -> Reply | None:
+    return _refused_everyone(outcome) or outcome.reply
 
 
 def _classify_reply(stage: Stage, reply: Reply) -> Verdict:

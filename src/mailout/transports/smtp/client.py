@@ -9,8 +9,11 @@ classifies it into the provider-neutral :class:`SendResult`. Choices worth knowi
   STARTTLS command is a ``Failure.REPLY`` there, and the EHLO repeated inside the
   TLS session also counts as ``Stage.STARTTLS``.
 * MAIL, RCPT and DATA go out in one write when the server offers PIPELINING
-  (RFC 2920), and one at a time otherwise. Either way the outcome names the stage
-  of the first negative reply; nothing of the content has left at that point.
+  (RFC 2920), and one at a time otherwise. A refused RCPT does not end the
+  transaction while another recipient was accepted: the message goes to the
+  accepted ones, and every RCPT reply is kept in the outcome (``rcpt_replies``).
+  Otherwise the outcome names the stage of the negative reply; nothing of the
+  content has left at that point.
 * The DATA phase is driven by hand (aiosmtplib's ``data()`` hides where it
   failed): ``Stage.DATA`` covers the DATA command up to the 354 and also a
   connection already found closed right after the 354, before any content was
@@ -94,6 +97,7 @@ class _Attempt:
     stage: Stage = Stage.CONNECT
     reply: Reply | None = None  # the last positive reply
     smtp: aiosmtplib.SMTP | None = None
+    rcpt: tuple[tuple[str, Reply], ...] = ()  # each recipient's RCPT reply so far
 
 
 class SmtpTransport:
@@ -156,11 +160,14 @@ class SmtpTransport:
     async def _run(self, attempt: _Attempt, work: Coroutine[Any, Any, SendOutcome]) -> SendOutcome:
         try:
             async with asyncio.timeout(self._settings.timeout):
-                return await work
+                outcome = await work
         except _Abort as abort:
-            return abort.outcome
+            outcome = abort.outcome
         except (SMTPException, OSError, TimeoutError) as exc:
-            return _outcome_for(exc, attempt.stage, self._settings.timeout)
+            outcome = _outcome_for(exc, attempt.stage, self._settings.timeout)
+        if attempt.rcpt and not outcome.rcpt_replies:
+            outcome = replace(outcome, rcpt_replies=attempt.rcpt)
+        return outcome
 
     async def _deliver(self, attempt: _Attempt, envelope: Envelope) -> SendOutcome:
         smtp = await self._pooled(attempt)
@@ -293,12 +300,15 @@ async def _transaction(
 
     With ``pipelining``, and when the server offers it: the three commands leave in one
     write and the replies are read in order; otherwise each waits for the one before.
-    A negative reply raises it (SMTPResponseException) at its stage. False if a
-    pooled connection proved dead before its first reply: nothing was done there,
-    so the caller opens a new connection.
+    Every RCPT reply is kept in ``attempt.rcpt``. A negative reply to MAIL or DATA
+    raises it (SMTPResponseException) at its stage; refused recipients end the
+    transaction only when no recipient was accepted (an :class:`_Abort` at RCPT
+    carrying every reply). False if a pooled connection proved dead before its first
+    reply: nothing was done there, so the caller opens a new connection.
     """
     commands = _commands(smtp, envelope)
-    expected = _expected(len(commands) - 2)
+    recipients = envelope.recipients
+    expected = _expected(len(recipients))
     pipelined = pipelining and smtp.supports_extension("pipelining")
     try:
         if pipelined:
@@ -310,12 +320,26 @@ async def _transaction(
             raise
         _discard(smtp)
         return False
-    for (stage, accepted), reply in zip(expected, replies, strict=False):
-        if reply.code not in accepted:
-            attempt.stage = stage
-            if stage is not Stage.DATA and replies[-1].code == smtpcodes.START_MAIL_INPUT:
-                await _abandon_data(smtp)
-            raise SMTPResponseException(reply.code, reply.message)
+    data_354 = len(replies) == len(expected) and replies[-1].code == smtpcodes.START_MAIL_INPUT
+    if replies[0].code not in _MAIL_OK[1]:
+        attempt.stage = Stage.MAIL
+        if data_354:
+            await _abandon_data(smtp)
+        raise SMTPResponseException(replies[0].code, replies[0].message)
+    rcpt = tuple(zip(recipients, map(_reply, replies[1:1 + len(recipients)]), strict=False))
+    attempt.rcpt = rcpt
+    if not any(reply.code in _RCPT_OK[1] for _, reply in rcpt):
+        attempt.stage = Stage.RCPT
+        if data_354:
+            await _abandon_data(smtp)
+        refused = next(reply for _, reply in rcpt)  # MAIL succeeded: RCPT got a reply
+        raise _Abort(SendOutcome(Stage.RCPT, reply=refused, failure=Failure.REPLY,
+                                 rcpt_replies=rcpt))
+    attempt.stage = Stage.DATA
+    if len(replies) < len(expected):  # a refused RCPT, then the connection went
+        raise SMTPServerDisconnected("connection lost before the reply to DATA")
+    if not data_354:
+        raise SMTPResponseException(replies[-1].code, replies[-1].message)
     return True
 
 
@@ -353,16 +377,24 @@ def _protocol(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
 
 async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
                       expected: list[_Expected], attempt: _Attempt) -> list[SMTPResponse]:
-    """Each command after a positive reply to the one before; stops at a negative one."""
+    """Each command after the reply to the one before. Stops at a refused MAIL, after a
+    421 (the server is closing), and before DATA when every recipient was refused; a
+    refused RCPT alone does not stop it."""
     replies: list[SMTPResponse] = []
-    for (stage, accepted), command in zip(expected, commands, strict=True):
+    last_rcpt = len(commands) - 2
+    for i, ((stage, accepted), command) in enumerate(zip(expected, commands, strict=True)):
         attempt.stage = stage
         protocol = _protocol(smtp)
         protocol._response_pending = True  # as aiosmtplib's execute_command does
         protocol.write(command)
-        replies.append(await _next_reply(protocol))
-        if replies[-1].code not in accepted:
+        reply = await _next_reply(protocol)
+        replies.append(reply)
+        if reply.code in accepted:
+            continue
+        if stage is not Stage.RCPT or reply.code == smtpcodes.SERVICE_NOT_AVAILABLE:
             break
+        if i == last_rcpt and not any(r.code in accepted for r in replies[1:]):
+            break  # nobody to send DATA for
     return replies
 
 
@@ -445,15 +477,36 @@ async def _content(smtp: aiosmtplib.SMTP, data: bytes, attempt: _Attempt) -> Sen
         raise _Abort(SendOutcome(Stage.DATA, failure=Failure.DISCONNECT, detail=detail))
     attempt.stage = Stage.BODY
     protocol._response_pending = True  # as execute_data_command: a reply is now due
-    protocol.write(_wire_content(data))
+    await _write_content(protocol, data)
     reply = _reply(await _next_reply(protocol))
     if reply.code // 100 == smtpcodes.POSITIVE:
         return SendOutcome(Stage.BODY, reply=reply)
     return SendOutcome(Stage.BODY, reply=reply, failure=Failure.REPLY)
 
 
+WRITE_CHUNK: Final = 256 * 1024  # large contents go out in pieces of this size
+
+
+async def _write_content(protocol: SMTPProtocol, data: bytes) -> None:
+    """The content with CRLF line endings, dot-stuffing and the terminating ".".
+
+    A message of mailout's own renderer (CRLF only, no line starting with a dot: the
+    common case) is written as it is, without a copy. A large one goes out in
+    pieces, each after the transport's buffer drained: the socket buffer never
+    holds a second copy of a message with megabytes of attachments.
+    """
+    content = _wire_content(data)
+    if len(content) <= WRITE_CHUNK:
+        protocol.write(content + b".\r\n")
+        return
+    for start in range(0, len(content), WRITE_CHUNK):
+        protocol.write(content[start:start + WRITE_CHUNK])  # a piece is copied, not all
+        await protocol._drain_helper()  # aiosmtplib's flow control (FlowControlMixin)
+    protocol.write(b".\r\n")
+
+
 def _wire_content(data: bytes) -> bytes:
-    """CRLF line endings, a final CRLF, dot-stuffing, and the terminating "."."""
+    """CRLF line endings, a final CRLF and dot-stuffing; the "." is the caller's."""
     crlf = data.count(b"\r\n")
     if data.count(b"\n") == crlf and data.count(b"\r") == crlf:
         content = data  # already CRLF only (mailout's own renderer): skip the regex
@@ -462,10 +515,11 @@ def _wire_content(data: bytes) -> bytes:
     if not content.endswith(b"\r\n"):
         content += b"\r\n"
     # Every line now ends in CRLF, so a line start is the start or just after "\r\n".
+    # bytes.replace returns the same object when nothing matches: no copy then.
     stuffed = content.replace(b"\r\n.", b"\r\n..")
     if stuffed.startswith(b"."):
         stuffed = b"." + stuffed
-    return stuffed + b".\r\n"
+    return stuffed
 
 
 async def _reset(smtp: aiosmtplib.SMTP) -> bool:

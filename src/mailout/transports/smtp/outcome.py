@@ -51,13 +51,16 @@ class SendOutcome:
     """The result of one attempt to hand a message to the server.
 
     ``failure`` is None when the server accepted the message; ``reply`` then
-    holds its final 2yz reply.
+    holds its final 2yz reply. ``rcpt_replies`` holds each envelope recipient's
+    reply to RCPT TO, in order, for the recipients that got one: the server may
+    accept some and refuse others, and the message then goes to those it accepted.
     """
 
     stage: Stage
     reply: Reply | None = None
     failure: Failure | None = None
     detail: str = ""  # a short description of a non-reply failure, never a secret
+    rcpt_replies: tuple[tuple[str, Reply], ...] = ()
 
     @property
     def accepted(self) -> bool:
