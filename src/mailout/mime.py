@@ -14,6 +14,11 @@ is formatted once, straight to wire bytes:
 * Bodies are UTF-8 with canonical CRLF line ends, quoted-printable (or base64
   when that is shorter), so no line passes 76 octets and no server needs
   8BITMIME. Two bodies make a multipart/alternative, text first.
+* Inline parts (images referenced as ``cid:`` from the HTML) join the HTML in a
+  multipart/related; attachments make the whole a multipart/mixed. Their bytes
+  are base64, encoded in chunks straight into the output, so a large file is
+  copied once, not once per layer. Filenames that are not short printable ASCII
+  are written per RFC 2231 (``filename*=utf-8''...``, continued when long).
 
 Callers check values for line breaks and control characters first: this module
 formats, it does not validate.
@@ -25,7 +30,9 @@ import base64
 import binascii
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+
+from mailout.models import Attachment
 
 CRLF = "\r\n"
 FOLD_AT = 78  # RFC 5322 recommended line length, CRLF excluded
@@ -245,14 +252,47 @@ def new_boundary() -> str:
     return f"=_{random.getrandbits(96):024x}"
 
 
-def build(headers: Sequence[str] | bytes, text: str | None, html: str | None) -> bytes:
+def build(headers: Sequence[str] | bytes, text: str | None, html: str | None,
+          attachments: Sequence[Attachment] = ()) -> bytes:
     """The whole message: ``headers`` (formatted lines, e.g. from :func:`unstructured`,
     or those lines already joined and encoded), then the body: text/plain, text/html,
-    or multipart/alternative with both.
+    or multipart/alternative with both; with ``attachments``, wrapped in
+    multipart/related (inline parts, when there is HTML) and multipart/mixed.
 
     At least one of ``text`` and ``html`` must be given.
     """
     head = headers if isinstance(headers, bytes) else "".join(headers).encode("ascii")
+    if text is None and html is None:
+        raise ValueError("a message needs a text or an html body")
+    if not attachments:
+        return head + _body(text, html)  # the plain message: no extra layer, no list
+    chunks: list[bytes] = [head]
+    inline = [a for a in attachments if a.inline] if html is not None else []
+    attached = [a for a in attachments if not (a.inline and html is not None)]
+    mixed = new_boundary() if attached else None
+    if mixed is not None:
+        chunks.append(_multipart_head("mixed", mixed))
+    if inline:
+        related = new_boundary()
+        chunks.append(_multipart_head("related", related, 'type="text/html"' if text is None
+                                      else 'type="multipart/alternative"'))
+        chunks.append(_body(text, html))
+        for part in inline:
+            chunks += _delimited(related, part)
+        chunks.append(f"{CRLF}--{related}--{CRLF}".encode("ascii"))
+    else:
+        chunks.append(_body(text, html))
+    if mixed is not None:
+        for part in attached:
+            chunks += _delimited(mixed, part)
+        chunks.append(f"{CRLF}--{mixed}--{CRLF}".encode("ascii"))
+    # Nested parts begin with their own delimiter: the first one of each multipart
+    # follows its Content-Type header directly (see _multipart_head).
+    return b"".join(chunks)
+
+
+def _body(text: str | None, html: str | None) -> bytes:
+    """text/plain, text/html, or a multipart/alternative of both, with its headers."""
     if text is not None and html is not None:
         boundary = new_boundary()
         delimiter = f"--{boundary}{CRLF}".encode("ascii")
@@ -260,7 +300,6 @@ def build(headers: Sequence[str] | bytes, text: str | None, html: str | None) ->
         # Each part's body ends in CRLF; the CRLF before "--boundary" belongs to
         # the delimiter, so the part keeps its final line break when parsed.
         return b"".join((
-            head,
             content_type.encode("ascii"),
             delimiter,
             _part("plain", text),
@@ -270,7 +309,97 @@ def build(headers: Sequence[str] | bytes, text: str | None, html: str | None) ->
             f"{CRLF}--{boundary}--{CRLF}".encode("ascii"),
         ))
     if text is not None:
-        return head + _part("plain", text)
-    if html is None:
-        raise ValueError("a message needs a text or an html body")
-    return head + _part("html", html)
+        return _part("plain", text)
+    assert html is not None  # build() checked
+    return _part("html", html)
+
+
+def _multipart_head(subtype: str, boundary: str, extra: str = "") -> bytes:
+    """The Content-Type header of a multipart, and the delimiter of its first part."""
+    tokens = [f"multipart/{subtype};", f'boundary="{boundary}"' + (";" if extra else "")]
+    if extra:
+        tokens.append(extra)
+    return (_fold_tokens("Content-Type", tokens) + f"{CRLF}--{boundary}{CRLF}").encode("ascii")
+
+
+def _delimited(boundary: str, attachment: Attachment) -> Iterator[bytes]:
+    """The delimiter before ``attachment`` (the previous part ends in CRLF), then it."""
+    yield f"{CRLF}--{boundary}{CRLF}".encode("ascii")
+    yield from attachment_part(attachment)
+
+
+def attachment_part(attachment: Attachment) -> Iterator[bytes]:
+    """One attachment or inline part: its headers, then its bytes as base64 lines.
+
+    ``content_type``, ``filename`` and ``cid`` must already be checked (no line
+    breaks or control characters; a cid of printable ASCII without ``<>``).
+    """
+    disposition = "inline" if attachment.inline else "attachment"
+    head = [
+        _parameterized("Content-Type", attachment.content_type, "name", attachment.filename),
+        "Content-Transfer-Encoding: base64" + CRLF,
+        _parameterized("Content-Disposition", disposition, "filename", attachment.filename),
+    ]
+    if attachment.cid:
+        head.append(raw("Content-ID", f"<{attachment.cid}>"))
+    yield ("".join(head) + CRLF).encode("ascii")
+    yield from base64_lines(attachment.content)
+
+
+_B64_BLOCK = 57 * 1024  # input bytes per chunk: 1,024 whole lines of 76 characters
+
+
+def base64_lines(data: bytes) -> Iterator[bytes]:
+    """``data`` as base64 in lines of 76 characters, each ending in CRLF, in chunks
+    of 1,024 lines: never a second whole copy of ``data`` besides the output."""
+    view = memoryview(data)
+    for start in range(0, len(data), _B64_BLOCK):
+        encoded = binascii.b2a_base64(view[start:start + _B64_BLOCK], newline=False)
+        yield b"\r\n".join([encoded[i:i + _B64_LINE]
+                             for i in range(0, len(encoded), _B64_LINE)]) + b"\r\n"
+
+
+def base64_size(size: int) -> int:
+    """How many octets :func:`base64_lines` writes for ``size`` bytes of content."""
+    chars = -(-size // 3) * 4
+    return chars + -(-chars // _B64_LINE) * 2
+
+
+# RFC 2231 attribute-char: any printable ASCII but space, "*", "'", "%" and tspecials.
+_ATTRIBUTE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                             "0123456789!#$&+-.^_`|~")
+_SHORT_PARAM = 60  # a value this long or shorter may go out as a quoted-string
+_SEGMENT = 60  # characters per RFC 2231 continuation segment
+
+
+def _parameterized(name: str, value: str, param: str, param_value: str) -> str:
+    """``name: value; param="..."``, folded between parameters; ``param_value`` as a
+    quoted-string when it is short printable ASCII, else per RFC 2231."""
+    tokens = [value + ";"]
+    tokens += _rfc2231(param, param_value)
+    return _fold_tokens(name, tokens)
+
+
+def _rfc2231(param: str, value: str) -> list[str]:
+    """The tokens of one parameter, e.g. ``filename="a.pdf"`` or, RFC 2231 encoded
+    and continued, ``filename*0*=utf-8''%E2%82%AC;`` ``filename*1*=...``."""
+    if value.isascii() and value.isprintable() and len(value) <= _SHORT_PARAM:
+        quoted = _QUOTED_SPECIALS.sub(r"\\\1", value)
+        return [f'{param}="{quoted}"']
+    pieces: list[str] = []
+    current = ""
+    for char in value:
+        encoded = char if char in _ATTRIBUTE_CHARS else "".join(
+            f"%{b:02X}" for b in char.encode("utf-8"))
+        if len(current) + len(encoded) > _SEGMENT:
+            pieces.append(current)
+            current = ""
+        current += encoded
+    pieces.append(current)
+    if len(pieces) == 1:
+        return [f"{param}*=utf-8''{pieces[0]}"]
+    charset = "utf-8''"  # RFC 2231: charset, empty language, then the value
+    tokens = [f"{param}*{i}*={charset if i == 0 else ''}{piece};"
+              for i, piece in enumerate(pieces)]
+    tokens[-1] = tokens[-1][:-1]
+    return tokens
