@@ -21,7 +21,17 @@ from sqlalchemy import Engine
 from mailout.exceptions import RenderError
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.logs import LogRecipients, log_send, redact_addresses
-from mailout.models import ClaimedMessage, Completion, Contact, OnUnknown, Outcome, Status
+from mailout.models import (
+    PARTIALLY_REFUSED,
+    ClaimedMessage,
+    Completion,
+    Contact,
+    OnUnknown,
+    Outcome,
+    RecipientOutcome,
+    Settled,
+    Status,
+)
 from mailout.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.render import Renderer
 from mailout.transports.base import Decision, Envelope, SendResult, Transport
@@ -29,6 +39,7 @@ from mailout.transports.base import Decision, Envelope, SendResult, Transport
 log = logging.getLogger("mailout.worker.runtime")
 
 SCHEMA_RECHECK_SECONDS = 60.0
+AFTER_UNKNOWN = "_after_unknown"  # a give-up parked for review: an earlier try may have sent it
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +78,99 @@ def decide(
     uncharged (``pause_seconds`` / ``outage_seconds`` from now), and its attempt is
     logged as not charged. During an outage a message dies only by its age limit
     (``max_age``), never by ``max_attempts``.
+
+    A message to several recipients is settled one recipient at a time (see
+    :func:`per_recipient`); the rest of the rules are the message's.
     """
+    completion = _decide_message(msg, result, ctx=ctx, pause_seconds=pause_seconds,
+                                 outage_seconds=outage_seconds)
+    if not msg.several_recipients:
+        return completion
+    if result.decision in (Decision.PAUSE, Decision.OUTAGE):
+        # Nothing reached anybody; a row too old to wait for the provider any longer
+        # still ends sent if somebody got it on an earlier attempt.
+        if not msg.settled or completion.status is Status.PENDING:
+            return completion
+        return settle_row(completion, dict(msg.settled), list(msg.pending_recipients))
+    return per_recipient(msg, result, completion, ctx)
+
+
+_RECIPIENT_OUTCOME = {Decision.SENT: Outcome.SENT, Decision.RETRY: Outcome.RETRY,
+                      Decision.FAILED: Outcome.FAILED, Decision.UNKNOWN: Outcome.UNKNOWN}
+
+
+def per_recipient(msg: ClaimedMessage, result: SendResult, completion: Completion,
+                  ctx: Context) -> Completion:
+    """Settle each recipient this attempt sent to, and the row with them.
+
+    A recipient the provider accepted is settled ``sent`` and never sent the message
+    again; one refused for good is settled ``failed``; one refused for now (4yz)
+    stays pending, and the row is tried again for it alone, under the usual retry
+    policy. A recipient the result does not list shares the message's decision.
+    Once somebody has the message, the row ends ``sent`` (with the reason
+    ``partially_refused`` if anybody was refused), never failed or dead.
+    """
+    listed = {r.address: r for r in result.recipients}
+    outcomes: list[RecipientOutcome] = []
+    settled = dict(msg.settled)
+    for address in msg.pending_recipients:
+        own = listed.get(address)
+        decision = own.decision if own is not None else result.decision
+        kind = _RECIPIENT_OUTCOME.get(decision, Outcome.RETRY)
+        if own is not None:
+            outcomes.append(RecipientOutcome(address, kind, own.code, own.enhanced, own.text))
+        else:
+            outcomes.append(RecipientOutcome(address, kind, result.code, result.enhanced,
+                                             result.text))
+        if kind is Outcome.SENT:
+            settled[address] = Settled.SENT.value
+        elif kind is Outcome.FAILED:
+            settled[address] = Settled.FAILED.value
+    waiting = [o.address for o in outcomes if o.outcome in (Outcome.RETRY, Outcome.UNKNOWN)]
+    completion = replace(completion, recipients=tuple(outcomes), settled=settled)
+    if result.decision is Decision.SENT and waiting:
+        # Sent to some, deferred for others: the row is retried for those alone.
+        step = after_transient_failure(
+            ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
+            expires_at=msg.expires_at, rng=ctx.rng)
+        if not isinstance(step, GiveUp):
+            return replace(completion, outcome=Outcome.PARTIAL, status=Status.PENDING,
+                           delay_seconds=max(step.delay_seconds, result.retry_after or 0.0),
+                           reason="recipients_deferred")
+        completion = replace(completion, status=Status.DEAD, reason=step.reason)
+    return settle_row(completion, settled, waiting)
+
+
+def settle_row(completion: Completion, settled: dict[str, str],
+               waiting: list[str]) -> Completion:
+    """A row that someone received ends sent, whatever happened to the others.
+
+    Recipients still waiting when the row gives up are settled ``dead``. A row
+    nobody received keeps its status.
+    """
+    final = completion.status.is_final or (
+        completion.status is Status.UNKNOWN and (completion.reason or "").endswith(AFTER_UNKNOWN))
+    if final:
+        for address in waiting:
+            settled[address] = Settled.DEAD.value
+    if not any(v == Settled.SENT.value for v in settled.values()):
+        return replace(completion, settled=settled)
+    refused = any(v != Settled.SENT.value for v in settled.values())
+    if completion.status is Status.SENT or final:
+        return replace(completion, status=Status.SENT, settled=settled, delay_seconds=None,
+                       reason=PARTIALLY_REFUSED if refused else None)
+    return replace(completion, settled=settled)
+
+
+def _decide_message(
+    msg: ClaimedMessage,
+    result: SendResult,
+    *,
+    ctx: Context,
+    pause_seconds: float,
+    outage_seconds: float | None = None,
+) -> Completion:
+    """The row's next state after ``result``, as if the message had one recipient."""
     base = Completion(
         id=msg.id,
         lease_token=msg.lease_token,
@@ -136,17 +239,21 @@ def _given_up(msg: ClaimedMessage, completion: Completion) -> Completion:
     if msg.unknown_attempts == 0:
         return completion
     return replace(completion, status=Status.UNKNOWN,
-                   reason=f"{completion.reason}_after_unknown")
+                   reason=f"{completion.reason}{AFTER_UNKNOWN}")
 
 
 def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
-    """A claimed message already past its age limit: dead without a send."""
-    return _given_up(msg, Completion(
+    """A claimed message already past its age limit: dead without a send (sent, if
+    some of its recipients got it on an earlier attempt)."""
+    completion = _given_up(msg, Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.DEAD,
         status=Status.DEAD, started_at=msg.claimed_at, worker=ctx.worker,
         recipient=msg.recipient, reason="max_age", detail="past its age limit when claimed",
         uncharge=True,  # nothing was sent
     ))
+    if not msg.settled:
+        return completion
+    return settle_row(completion, dict(msg.settled), list(msg.pending_recipients))
 
 
 def parked(msg: ClaimedMessage, ctx: Context) -> Completion:

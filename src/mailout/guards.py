@@ -12,16 +12,22 @@ Just before sending, a worker asks, in this order:
 3. Who gets it? Recipient policy per template: ``snapshot`` (the address stored at
    enqueue, the default) or ``resolve``: a resolver registered in
    ``MAILOUT_RESOLVERS`` returns the current verified address, or None, which
-   cancels it (reason ``no_recipient``).
-4. Is the address suppressed? A hard bounce, a complaint, an unsubscribe or
+   cancels it (reason ``no_recipient``). A resolver replaces the first To address
+   only; Cc and Bcc go as enqueued.
+4. Is an address suppressed? A hard bounce, a complaint, an unsubscribe or
    repeated soft bounces put it on the suppression list (:mod:`mailout.ingest`);
    mail to it is cancelled (reason ``suppressed``) and never reaches the transport.
-   The claim reads the list for each row it leases (``ClaimedMessage.suppressed``),
-   so the check costs no extra query and enqueue pays nothing; an address found by
-   a resolver is looked up on the resolver's connection.
-5. May it go there? ``MAILOUT_ALLOW_DOMAINS`` cancels other domains (reason
-   ``not_allowed``); ``MAILOUT_REDIRECT_TO`` delivers everything to one address
-   instead, keeping the original in ``X-Original-To``.
+   The claim reads the list for the first recipient of each row it leases
+   (``ClaimedMessage.suppressed``), so the check costs no extra query and enqueue
+   pays nothing; an address found by a resolver is looked up on the resolver's
+   connection. Of a message to several recipients, every recipient is looked up;
+   the suppressed ones are left out (settled ``suppressed``) and the others get it;
+   it is cancelled only when all are.
+5. May it go there? ``MAILOUT_ALLOW_DOMAINS`` cancels a message any of whose
+   recipients (To, Cc or Bcc) is in another domain (reason ``not_allowed``);
+   ``MAILOUT_REDIRECT_TO`` delivers everything to one address instead, every To,
+   Cc and Bcc recipient dropped, the To and Cc addresses kept in ``X-Original-To``
+   and ``X-Original-Cc`` (Bcc addresses never go into a header).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from mailout import validate
 from mailout.db.events import suppressed_among
 from mailout.events import normalize_address
 from mailout.exceptions import ConfigError, InvalidMessage
-from mailout.models import ClaimedMessage
+from mailout.models import ClaimedMessage, Mailbox, Settled
 
 Check = Callable[[ClaimedMessage, Connection], bool]
 Resolver = Callable[[ClaimedMessage, Connection], "str | None"]
@@ -89,10 +95,10 @@ class Guards:
                         f"{known} for template {msg.template!r}")
         check = self.checks.get(msg.template or "")
         resolver = self.resolvers.get(msg.template or "")
-        recipient = msg.recipient
-        if self.suppression and msg.suppressed:
-            return Cancel("suppressed", f"{recipient} is on the suppression list")
-        if (check or resolver) and engine is not None:
+        several = self.suppression and msg.several_recipients
+        if self.suppression and msg.suppressed and not several:
+            return Cancel("suppressed", f"{msg.recipient} is on the suppression list")
+        if (check or resolver or several) and engine is not None:
             with engine.connect() as conn:
                 try:
                     if check is not None and not check(msg, conn):
@@ -102,25 +108,61 @@ class Guards:
                         resolved = resolver(msg, conn)
                         if resolved is None:
                             return Cancel("no_recipient", "the resolver found no address")
-                        recipient = validate.address("recipient", resolved)
-                    if self.suppression and recipient != msg.recipient and suppressed_among(
-                            conn, [normalize_address(recipient)]):
-                        return Cancel("suppressed", f"{recipient} is on the suppression list")
+                        msg = _with_recipient(msg, validate.address("recipient", resolved))
+                    if several:
+                        found = _suppressed(conn, msg)
+                        if isinstance(found, Cancel):
+                            return found
+                        msg = found
+                    elif self.suppression and resolver is not None and suppressed_among(
+                            conn, [normalize_address(msg.recipient)]):
+                        return Cancel("suppressed",
+                                      f"{msg.recipient} is on the suppression list")
                 except InvalidMessage as exc:
                     return Cancel("no_recipient", f"the resolver gave a bad address: {exc}")
                 except Exception as exc:  # a bug or outage in app code: retry, never send
                     return Retry(f"{type(exc).__name__} in a send-time check: {exc}"[:200])
-        return self._destination(replace(msg, recipient=recipient))
+        return self._destination(msg)
 
     def _destination(self, msg: ClaimedMessage) -> Verdict:
-        domain = msg.recipient.rpartition("@")[2].lower()
-        if self.allow_domains is not None and domain not in self.allow_domains:
-            return Cancel("not_allowed", f"domain {domain} is not in MAILOUT_ALLOW_DOMAINS")
+        if self.allow_domains is not None:
+            for address in msg.envelope_recipients:
+                domain = address.rpartition("@")[2].lower()
+                if domain not in self.allow_domains:
+                    return Cancel("not_allowed",
+                                  f"domain {domain} is not in MAILOUT_ALLOW_DOMAINS")
         if self.redirect_to is None:
             return Proceed(msg)
-        headers = {**(msg.headers or {}), "X-Original-To": msg.recipient}
-        return Proceed(replace(msg, recipient=self.redirect_to, headers=headers),
-                       redirected_to=self.redirect_to)
+        headers = dict(msg.headers or {})
+        headers["X-Original-To"] = ", ".join(m.address for m in msg.to) or msg.recipient
+        if msg.cc:
+            headers["X-Original-Cc"] = ", ".join(m.address for m in msg.cc)
+        redirected = replace(msg, recipient=self.redirect_to, headers=headers, to=(), cc=(),
+                             bcc=(), settled={})
+        return Proceed(redirected, redirected_to=self.redirect_to)
+
+
+def _with_recipient(msg: ClaimedMessage, recipient: str) -> ClaimedMessage:
+    """``msg`` with its first To address replaced (display name kept)."""
+    if recipient == msg.recipient:
+        return msg
+    to = (Mailbox(recipient, msg.to[0].name), *msg.to[1:]) if msg.to else ()
+    return replace(msg, recipient=recipient, to=to)
+
+
+def _suppressed(conn: Connection, msg: ClaimedMessage) -> ClaimedMessage | Cancel:
+    """``msg`` without its suppressed recipients (settled ``suppressed``); a Cancel
+    when nobody it would go to is left."""
+    pending = msg.pending_recipients
+    hit = suppressed_among(conn, [normalize_address(a) for a in pending])
+    if not hit:
+        return msg
+    blocked = [a for a in pending if normalize_address(a) in hit]
+    if len(blocked) == len(pending):
+        shown = f"{blocked[0]} is" if len(blocked) == 1 else f"all {len(blocked)} recipients are"
+        return Cancel("suppressed", f"{shown} on the suppression list")
+    settled = {**msg.settled, **dict.fromkeys(blocked, Settled.SUPPRESSED.value)}
+    return replace(msg, settled=settled)
 
 
 def load_registry(spec: str | None, setting: str) -> dict[str, Callable[..., Any]]:

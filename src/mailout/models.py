@@ -1,11 +1,18 @@
-"""Records and enums shared across modules. Plain values, no I/O, no imports of mailout."""
+"""Records and enums shared across modules. Plain values, no imports of mailout.
+
+The one piece of I/O: an :class:`Attachment` built from a path or a file reads it.
+"""
 
 from __future__ import annotations
 
 import enum
+import mimetypes
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 
 class Status(enum.StrEnum):
@@ -39,6 +46,19 @@ class Outcome(enum.StrEnum):
     OUTAGE = "outage"  # the provider was unreachable or refused everyone; back uncharged
     CANCELLED = "cancelled"  # a send-time guard withdrew it (stale, not allowed...)
     HELD = "held"  # left pending unsent: this worker cannot judge it (unknown schema)
+    PARTIAL = "partial"  # accepted for some recipients; the others are tried again
+
+
+class Settled(enum.StrEnum):
+    """Where one recipient of a message to several stands for good."""
+
+    SENT = "sent"  # the provider accepted the message for this recipient
+    FAILED = "failed"  # refused for good (5yz): never tried again
+    DEAD = "dead"  # refused for now (4yz) until the message ran out of attempts or time
+    SUPPRESSED = "suppressed"  # on the suppression list at send time: left out
+
+
+PARTIALLY_REFUSED = "partially_refused"  # the reason of a sent row some recipients refused
 
 
 class Contact(enum.StrEnum):
@@ -95,6 +115,34 @@ class ClaimedMessage:
     event_version: str | None = None
     schema_version: int | None = None  # the payload schema the enqueuing code wrote
     suppressed: bool = False  # the recipient was on the suppression list when claimed
+    # Every To mailbox with its display name; empty means ``recipient`` alone, bare.
+    to: tuple[Mailbox, ...] = ()
+    cc: tuple[Mailbox, ...] = ()
+    bcc: tuple[Mailbox, ...] = ()
+    reply_to: tuple[Mailbox, ...] = ()
+    locale: str | None = None  # picks the template variant (es-MX, then es, then the default)
+    has_attachments: bool = False  # the worker loads them before rendering
+    attachments: tuple[Attachment, ...] = ()  # once loaded
+    # Recipients settled by earlier attempts (address -> Settled value): never sent again.
+    settled: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def envelope_recipients(self) -> tuple[str, ...]:
+        """Every recipient (to, cc, bcc), bare addresses, first occurrence kept."""
+        if not self.to and not self.cc and not self.bcc:
+            return (self.recipient,)
+        to = self.to or (Mailbox(self.recipient),)
+        return tuple(dict.fromkeys(m.address for m in (*to, *self.cc, *self.bcc)))
+
+    @property
+    def pending_recipients(self) -> tuple[str, ...]:
+        """The recipients this attempt sends to: all but those settled before."""
+        return tuple(a for a in self.envelope_recipients if a not in self.settled)
+
+    @property
+    def several_recipients(self) -> bool:
+        """Whether each recipient's fate is tracked on its own."""
+        return bool(self.cc or self.bcc or len(self.to) > 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +169,21 @@ class Completion:
     logged: bool = True  # False when no attempt was made (a row parked at claim)
     redirected_to: str | None = None  # MAILOUT_REDIRECT_TO delivered it there instead
     contact: Contact = Contact.NONE  # what the attempt says about the transport
+    # A message to several recipients: how each one this attempt sent to fared, and
+    # the row's new map of settled recipients (None leaves it as it is).
+    recipients: tuple[RecipientOutcome, ...] = ()
+    settled: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientOutcome:
+    """How one recipient of a message to several fared in one attempt."""
+
+    address: str
+    outcome: Outcome  # SENT, RETRY, FAILED, DEAD or UNKNOWN
+    reply_code: int | None = None
+    enhanced_code: str | None = None
+    reply_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +212,59 @@ def _quoted(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-@dataclass(frozen=True, slots=True)
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+# The standard library's built-in table only: the system's mime.types differs from
+# one machine to the next, and the type is part of the stored message.
+_TYPES = mimetypes.MimeTypes()
+
+AttachmentContent = bytes | bytearray | memoryview | os.PathLike[str] | BinaryIO
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Attachment:
-    """A file carried by a message: inline (referenced as ``cid:``) or attached."""
+    """A file carried by a message: attached, or inline (referenced as ``cid:``).
+
+    ``content`` may be given as bytes, a path (``pathlib.Path``) or a binary file
+    object; a path or file is read at once, so the attachment always holds bytes.
+    A ``str`` is refused (TypeError): it could be a path or the content. Without a
+    ``content_type`` one is guessed from the filename (``application/octet-stream``
+    when nothing fits). An inline part without a ``cid`` uses its filename as its
+    Content-ID. Reading a path raises OSError as ``open()`` does.
+    """
 
     filename: str
     content: bytes = field(repr=False)
-    content_type: str = "application/octet-stream"
+    content_type: str = DEFAULT_CONTENT_TYPE
     inline: bool = False
     cid: str | None = None  # Content-ID for inline parts, without angle brackets
+
+    def __init__(self, filename: str, content: AttachmentContent,
+                 content_type: str | None = None, inline: bool = False,
+                 cid: str | None = None) -> None:
+        object.__setattr__(self, "filename", filename)
+        object.__setattr__(self, "content", _read(content))
+        guessed = content_type or (isinstance(filename, str) and _TYPES.guess_type(
+            filename, strict=False)[0]) or DEFAULT_CONTENT_TYPE
+        object.__setattr__(self, "content_type", guessed)
+        object.__setattr__(self, "inline", inline)
+        object.__setattr__(self, "cid", cid if cid is not None or not inline else filename)
+
+
+def _read(content: AttachmentContent) -> bytes:
+    if isinstance(content, bytes):
+        return content
+    if isinstance(content, bytearray | memoryview):
+        return bytes(content)
+    if isinstance(content, str):
+        raise TypeError("attachment content is a str: pass bytes, a pathlib.Path or a "
+                        "binary file object")
+    if isinstance(content, os.PathLike):
+        return Path(content).read_bytes()
+    read = getattr(content, "read", None)
+    if callable(read):
+        data = read()
+        if isinstance(data, bytes):
+            return data
+        raise TypeError("attachment file must be opened in binary mode ('rb')")
+    raise TypeError(f"attachment content must be bytes, a path or a binary file, not "
+                    f"{type(content).__name__}")

@@ -28,14 +28,22 @@ import jinja2
 from mailout import mime
 from mailout.events import ReturnPath
 from mailout.exceptions import RenderError
-from mailout.models import ClaimedMessage, Mailbox
-from mailout.templates import HTML_FILE, SUBJECT_FILE, TEXT_FILE, validate_template_name
+from mailout.models import Attachment, ClaimedMessage, Mailbox
+from mailout.templates import (
+    HTML_FILE,
+    SUBJECT_FILE,
+    TEXT_FILE,
+    validate_template_name,
+    variant_path,
+    variants,
+)
 from mailout.transports.base import Envelope
 from mailout.validate import BAD_HEADER_CHARS, extra_header, parse_mailbox
 
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII but ":"
 # Headers the renderer owns; extras may not set them (Content-* too, by prefix).
-_OWN_HEADERS = frozenset({"message-id", "date", "from", "to", "subject", "mime-version"})
+_OWN_HEADERS = frozenset({"message-id", "date", "from", "to", "cc", "bcc", "subject",
+                          "mime-version"})
 _MAX_LINE = 998  # RFC 5322 hard limit, CRLF excluded
 # RFC 5322 3.6: at most one of each (the renderer's own headers are refused anyway).
 _ONCE = frozenset({"reply-to", "sender", "in-reply-to", "references"})
@@ -98,19 +106,23 @@ class Renderer:
             )
         # name -> (subject, text, html or None), compiled: a lookup per render
         # instead of three trips through Jinja's loader cache.
-        self._templates: dict[str, tuple[jinja2.Template, jinja2.Template,
-                                         jinja2.Template | None]] = {}
+        self._templates: dict[tuple[str, str | None],
+                              tuple[jinja2.Template, jinja2.Template,
+                                    jinja2.Template | None]] = {}
 
     def render(self, msg: ClaimedMessage) -> Envelope:
         """Render ``msg`` into an envelope.
 
         Raises :class:`RenderError` (permanent for this message) for: a missing or
-        invalid template, an undefined parameter, a template syntax or runtime
-        error, a message with neither a template nor a subject plus text/html, a
-        template together with pre-rendered content, a line break or control
-        character in the subject, a bad From/To address (several, none, or
-        non-ASCII, which would need SMTPUTF8), or an extra header that is
-        malformed or would override one the renderer sets.
+        invalid template (for the message's locale: the first of ``<name>/es-MX/``,
+        ``<name>/es/`` and ``<name>/`` that exists), an undefined parameter, a
+        template syntax or runtime error, a message with neither a template nor a
+        subject plus text/html, a template together with pre-rendered content, a
+        line break or control character in the subject, a bad From/To address (several, none, or
+        non-ASCII, which would need SMTPUTF8), a malformed stored Cc, Bcc or
+        Reply-To mailbox or attachment, or an extra header that is malformed or
+        would override one the renderer sets. Bcc recipients are in the envelope,
+        never in a header.
         """
         subject, text, html = self._content(msg)
         return self._build(msg, subject, text, html)
@@ -120,7 +132,8 @@ class Renderer:
         if msg.template is not None:
             if (msg.subject, msg.text, msg.html) != (None, None, None):
                 raise RenderError(msg.template, "has both a template and pre-rendered content")
-            subject, text, html = self._render_template(msg.template, msg.params or {})
+            subject, text, html = self._render_template(msg.template, msg.params or {},
+                                                        msg.locale)
         else:
             if msg.subject is None or (msg.text is None and msg.html is None):
                 raise RenderError(None, "neither a template nor a subject with a text or html body")
@@ -130,8 +143,9 @@ class Renderer:
             raise RenderError(msg.template, "subject has a line break or control character")
         return subject, text, html
 
-    def _render_template(self, name: str, params: dict[str, Any]) -> tuple[str, str, str | None]:
-        subject, text, html = self._compiled(name)
+    def _render_template(self, name: str, params: dict[str, Any],
+                         locale: str | None = None) -> tuple[str, str, str | None]:
+        subject, text, html = self._compiled(name, locale)
         return (
             _render(name, SUBJECT_FILE, subject, params),
             _render(name, TEXT_FILE, text, params),
@@ -139,9 +153,11 @@ class Renderer:
         )
 
     def _compiled(
-        self, name: str
+        self, name: str, locale: str | None = None
     ) -> tuple[jinja2.Template, jinja2.Template, jinja2.Template | None]:
-        cached = self._templates.get(name)
+        """The template's files for ``locale``: the first of ``<name>/es-MX/``,
+        ``<name>/es/`` and ``<name>/`` that has them (see :func:`templates.variants`)."""
+        cached = self._templates.get((name, locale))
         if cached is not None:
             return cached
         if self._env is None:
@@ -150,16 +166,21 @@ class Renderer:
             validate_template_name(name)
         except ValueError as exc:
             raise RenderError(name, str(exc)) from exc
-        subject = _load(self._env, name, SUBJECT_FILE)
-        text = _load(self._env, name, TEXT_FILE)
+        for variant in variants(locale):
+            folder = variant_path(name, variant)
+            subject = _load(self._env, name, f"{folder}/{SUBJECT_FILE}")
+            text = _load(self._env, name, f"{folder}/{TEXT_FILE}")
+            if subject is not None or text is not None:
+                break
         if subject is None and text is None:
-            raise RenderError(name, "template not found")
+            raise RenderError(name, "template not found" if locale is None
+                              else f"template not found for locale {locale!r}")
         if subject is None or text is None:
             raise RenderError(name, f"template needs both {SUBJECT_FILE} and {TEXT_FILE}")
         # Only complete templates are cached: a missing one may still be deployed.
         # Two threads may compile the same template at once; both results are equal.
-        compiled = (subject, text, _load(self._env, name, HTML_FILE))
-        self._templates[name] = compiled
+        compiled = (subject, text, _load(self._env, name, f"{folder}/{HTML_FILE}"))
+        self._templates[(name, locale)] = compiled
         return compiled
 
     def _build(
@@ -173,7 +194,11 @@ class Renderer:
             else:
                 sender = parse_mailbox("From", msg.sender)
                 from_header = mime.address("From", [sender])
-            recipient = parse_mailbox("To", msg.recipient)
+            to = tuple(_checked("To", m) for m in msg.to) or (
+                Mailbox(*reversed(parse_mailbox("To", msg.recipient))),)
+            cc = tuple(_checked("Cc", m) for m in msg.cc)
+            bcc = tuple(_checked("Bcc", m) for m in msg.bcc)
+            reply_to = tuple(_checked("Reply-To", m) for m in msg.reply_to)
             for field, value in (("Message-ID", msg.message_id), ("key", msg.key)):
                 if not value or BAD_HEADER_CHARS.search(value) or len(value) > _MAX_LINE // 2:
                     raise ValueError(f"{field} is empty, too long or has a control character")
@@ -181,12 +206,18 @@ class Renderer:
                 mime.raw("Message-ID", msg.message_id),
                 mime.raw("Date", self._date()),
                 from_header,
-                mime.address("To", [recipient]),
+                mime.address("To", [(m.name, m.address) for m in to]),
+            ]
+            if cc:
+                headers.append(mime.address("Cc", [(m.name, m.address) for m in cc]))
+            if reply_to:
+                headers.append(mime.address("Reply-To", [(m.name, m.address) for m in reply_to]))
+            headers += [
                 mime.unstructured("Subject", subject),
                 "MIME-Version: 1.0\r\n",
                 mime.unstructured(self._idempotency_header, msg.key),
             ]
-            seen: set[str] = set()
+            seen: set[str] = {"reply-to"} if reply_to else set()
             for name, value in extras.items():
                 if not _HEADER_NAME_RE.fullmatch(name) or BAD_HEADER_CHARS.search(value):
                     raise ValueError(f"extra header {name!r} is malformed")
@@ -201,6 +232,8 @@ class Renderer:
             for body in (text, html):
                 if body is not None and not body.isascii():
                     body.encode("utf-8")  # a lone surrogate fails here, not on the wire
+            for attachment in msg.attachments:
+                _check_attachment(attachment)
         except ValueError as exc:
             # UnicodeEncodeError (a lone surrogate in a body) is a ValueError too.
             raise RenderError(template, str(exc)) from exc
@@ -208,15 +241,21 @@ class Renderer:
             message_id=msg.message_id,
             idempotency_key=msg.key,
             sender=Mailbox(sender[1], sender[0]),
-            to=(Mailbox(recipient[1], recipient[0]),),
+            to=to,
             subject=subject,
             text=text,
             html=html,
+            cc=cc,
+            bcc=bcc,
+            reply_to=reply_to,
             headers=tuple(extras.items()),
             return_path=self._return_path.for_row(msg.id) if self._return_path else None,
+            attachments=msg.attachments,
+            # A retry of the recipients still pending: the others have it already.
+            deliver_to=msg.pending_recipients if msg.settled else (),
             # Everything that can fail was checked above: building the wire form later
             # (only for transports that need it) cannot raise.
-            wire_builder=functools.partial(mime.build, head, text, html),
+            wire_builder=functools.partial(mime.build, head, text, html, msg.attachments),
         )
 
     def _date(self) -> str:
@@ -231,12 +270,14 @@ class Renderer:
         return cached[1]
 
 
-def _load(env: jinja2.Environment, name: str, file: str) -> jinja2.Template | None:
-    """One file of a template, compiled; None when the file does not exist."""
+def _load(env: jinja2.Environment, name: str, path: str) -> jinja2.Template | None:
+    """One file of a template (``path`` under the templates directory), compiled;
+    None when the file does not exist."""
+    file = path.rpartition("/")[2]
     try:
         # get_template only loads and compiles this one file, so a
         # TemplateNotFound here is about the file itself, not an {% include %}.
-        template = env.get_template(f"{name}/{file}")
+        template = env.get_template(path)
     except jinja2.TemplateNotFound:
         return None
     except jinja2.TemplateSyntaxError as exc:
@@ -262,3 +303,27 @@ def _render(name: str, file: str, template: jinja2.Template, params: dict[str, A
 def _is_own(name: str) -> bool:
     lowered = name.lower()
     return lowered in _OWN_HEADERS or lowered.startswith("content-")
+
+
+def _checked(field: str, mailbox: Mailbox) -> Mailbox:
+    """A stored mailbox, checked again before it becomes a header: ValueError for a
+    control character or a non-ASCII address (no SMTPUTF8)."""
+    if (BAD_HEADER_CHARS.search(mailbox.name) or BAD_HEADER_CHARS.search(mailbox.address)
+            or not mailbox.address.isascii() or "@" not in mailbox.address
+            or any(c in mailbox.address for c in " <>,;")):
+        raise ValueError(f"{field} holds a malformed address")
+    return mailbox
+
+
+_CONTENT_TYPE = re.compile(r"[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+")
+_CID = re.compile(r"[!-;=?-~]+")  # printable ASCII but "<" and ">"
+
+
+def _check_attachment(attachment: Attachment) -> None:
+    """ValueError unless the part's headers can be written as they are."""
+    if not attachment.filename or BAD_HEADER_CHARS.search(attachment.filename):
+        raise ValueError(f"attachment {attachment.filename!r} has a malformed filename")
+    if not _CONTENT_TYPE.fullmatch(attachment.content_type):
+        raise ValueError(f"attachment {attachment.filename!r} has a malformed content type")
+    if attachment.cid is not None and not _CID.fullmatch(attachment.cid):
+        raise ValueError(f"attachment {attachment.filename!r} has a malformed cid")

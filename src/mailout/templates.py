@@ -36,14 +36,56 @@ def validate_template_name(name: str) -> None:
         )
 
 
-def template_exists(templates_dir: Path, name: str) -> bool:
-    """True when ``name`` is a valid name whose folder has subject.txt and text.txt."""
+def template_exists(templates_dir: Path, name: str, *, nested: bool = False) -> bool:
+    """True when ``name`` is a valid name whose folder has subject.txt and text.txt.
+
+    ``nested``: ``name`` is a locale variant (``invoice/es-MX``), checked part by part.
+    """
     try:
-        validate_template_name(name)
+        for part in name.split("/") if nested else [name]:
+            validate_template_name(part)
     except ValueError:
         return False
     folder = templates_dir / name
     return (folder / SUBJECT_FILE).is_file() and (folder / TEXT_FILE).is_file()
+
+
+_LOCALE_RE = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]{1,8})*")
+_MAX_LOCALE = 35
+
+
+def validate_locale(locale: str) -> str:
+    """``locale`` as a BCP 47 tag (``es-MX``, ``zh-Hant-TW``; ``_`` read as ``-``);
+    ValueError for anything else. Its case is kept: it names a folder."""
+    if not isinstance(locale, str) or not locale or len(locale) > _MAX_LOCALE:
+        raise ValueError(f"locale must be 1-{_MAX_LOCALE} characters: {locale!r}")
+    tag = locale.replace("_", "-")
+    if not _LOCALE_RE.fullmatch(tag):
+        raise ValueError(f"bad locale {locale!r}: use a BCP 47 tag such as es-MX")
+    return tag
+
+
+def variants(locale: str | None) -> list[str]:
+    """The folders to try for ``locale``, most specific first, ending with the
+    template's own folder (""): ``es-MX`` gives ``["es-MX", "es", ""]``."""
+    if not locale:
+        return [""]
+    parts = locale.split("-")
+    return ["-".join(parts[:n]) for n in range(len(parts), 0, -1)] + [""]
+
+
+def variant_path(name: str, variant: str) -> str:
+    """The folder of one variant, relative to the templates directory."""
+    return f"{name}/{variant}" if variant else name
+
+
+def resolve_variant(templates_dir: Path, name: str, locale: str | None) -> str | None:
+    """The first variant of ``name`` for ``locale`` that exists (see :func:`variants`),
+    as a folder relative to ``templates_dir``; None when none does."""
+    for variant in variants(locale):
+        if template_exists(templates_dir, variant_path(name, variant), nested=bool(variant)):
+            return variant_path(name, variant)
+    return None
 
 
 def template_schema(templates_dir: Path, template: str) -> int | None:

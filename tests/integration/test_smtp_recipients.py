@@ -14,7 +14,6 @@ import pytest
 
 from mailout.transports.base import Decision, Envelope, RecipientResult
 from mailout.transports.smtp.client import SmtpTransport
-from mailout.transports.smtp.outcome import Stage
 from tests.support.fixtures import raw_envelope, smtp_settings_for
 from tests.support.smtpserver import SmtpTestServer
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 
 from mailout import db
 from mailout.db import migrate
+from mailout.db.schema import metadata
 from tests.support.pg import create_database, drop_database
 
 
@@ -31,10 +32,9 @@ def pg_database_url(pg_server_url: str) -> Iterator[str]:
 def _empty(url: str) -> None:
     engine = db.make_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE mailout_attempts, mailout_messages, mailout_pauses, "
-                          "mailout_events, mailout_suppressions, mailout_suppression_log, "
-                          "mailout_webhook_nonces "
-                          "RESTART IDENTITY"))
+        # Every mailout table, so that a table added later is emptied too.
+        tables = ", ".join(sorted(metadata.tables))
+        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY"))
     engine.dispose()
 
 

@@ -40,6 +40,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from mailout.db import dialects
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
+    attempt_recipients,
     attempts,
     db_now,
     db_now_plus,
@@ -47,7 +48,7 @@ from mailout.db.schema import (
     messages,
     suppressions,
 )
-from mailout.models import ClaimedMessage, Completion, Outcome, Status
+from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
 from mailout.timeutil import aware
 
 
@@ -227,7 +228,22 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         event_version=m["event_version"],
         schema_version=m["schema_version"],
         suppressed=bool(m.get("suppressed")),
+        **_addresses(m["addresses"]),
+        locale=m["locale"],
+        has_attachments=m["attachment_digest"] is not None,
+        settled=m["settled"] or {},
     )
+
+
+_ADDRESS_FIELDS = ("to", "cc", "bcc", "reply_to")
+
+
+def _addresses(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``addresses`` column ({"to": [[name, address], ...], ...}) as mailboxes."""
+    if not stored:
+        return {}
+    return {f: tuple(Mailbox(address, name) for name, address in stored.get(f) or ())
+            for f in _ADDRESS_FIELDS}
 
 
 def _log_abandoned(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -262,11 +278,23 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
         return []
     rows = [_completion_row(c) for c in batch]
     ids = [c.id for c in batch]
+    _log_recipients(conn, batch)
     if dialects.writes_batches_as_json(conn) and len(set(ids)) == len(ids):
         param = json.dumps(rows, ensure_ascii=False, default=json_default)
         done = set(conn.execute(_COMPLETE_PG, {"batch": param}).scalars())
         return [i for i in ids if i not in done]
     return _complete_rows(conn, batch, rows)
+
+
+def _log_recipients(conn: Connection, batch: Sequence[Completion]) -> None:
+    """Each recipient's outcome, for attempts of messages to several recipients. Logged
+    whether or not the row's completion is fenced: the attempt happened."""
+    rows = [{"outbox_id": c.id, "attempt": c.attempt, "address": r.address,
+             "outcome": r.outcome.value, "reply_code": r.reply_code,
+             "enhanced_code": r.enhanced_code, "reply_text": _truncate(r.reply_text)}
+            for c in batch if c.logged for r in c.recipients]
+    if rows:
+        conn.execute(insert(attempt_recipients).values(created_at=db_now()), rows)
 
 
 def _complete_rows(
@@ -310,6 +338,7 @@ def _completion_row(c: Completion) -> dict[str, Any]:
         "enhanced": c.enhanced_code, "detail": _truncate(c.detail, 200),
         "recipient": c.recipient, "worker": c.worker, "started_at": c.started_at,
         "charged": not c.uncharge,
+        "settled": None if c.settled is None else dict(c.settled),
     }
 
 
@@ -319,7 +348,7 @@ _BATCH_TYPES = {  # the jsonb_to_recordset() columns of _COMPLETE_PG and their t
     "redirected_to": "text", "delay": "float8", "uncharge": "int", "unknown": "int",
     "sent": "bool", "final": "bool", "logged": "bool", "attempt": "int", "outcome": "text",
     "stage": "text", "enhanced": "text", "detail": "text", "recipient": "text",
-    "worker": "text", "started_at": "timestamptz", "charged": "bool",
+    "worker": "text", "started_at": "timestamptz", "charged": "bool", "settled": "jsonb",
 }
 # The batch arrives as one JSON document (see _INSERT_PG), so the text and its
 # server-side prepared plan are the same for every batch size. The UPDATE applies
@@ -347,7 +376,8 @@ WITH v AS (
         next_attempt_at = CASE WHEN v.delay IS NULL THEN m.next_attempt_at
                                ELSE clock_timestamp() + make_interval(secs => v.delay) END,
         attempts = m.attempts - v.uncharge,
-        unknown_attempts = m.unknown_attempts + v.unknown
+        unknown_attempts = m.unknown_attempts + v.unknown,
+        settled = COALESCE(v.settled, m.settled)
     FROM v
     WHERE m.id = v.id AND m.lease_token = v.token AND m.status = '{Status.SENDING.value}'
     RETURNING m.id
@@ -399,6 +429,7 @@ def _complete_row_statement() -> Any:
                                  else_=db_now_plus(arg("delay", Float))),
             attempts=m.attempts - arg("uncharge", Integer),
             unknown_attempts=m.unknown_attempts + arg("unknown", Integer),
+            settled=func.coalesce(bindparam("p_settled", type_=m.settled.type), m.settled),
         )
     )
 

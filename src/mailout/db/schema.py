@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     text,
     true,
 )
+from sqlalchemy.dialects.mysql import LONGBLOB
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -96,6 +98,15 @@ messages = Table(
     Column("event_ref", String(255)),
     Column("event_version", String(64)),
     Column("redirected_to", String(320)),  # set when MAILOUT_REDIRECT_TO delivered it
+    # Every To/Cc/Bcc/Reply-To mailbox as [display name, address] pairs, when the
+    # message has more than one bare To ("recipient" is then the first To address).
+    Column("addresses", Json),
+    Column("locale", String(35)),  # the template variant asked for (BCP 47: es-MX)
+    # SHA-256 over the attachment list (names, types, content hashes), for idempotency
+    # conflicts; NULL when the message has none.
+    Column("attachment_digest", String(64)),
+    # Recipients settled by earlier attempts of a message to several: {address: status}.
+    Column("settled", Json),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     Index("ux_mailout_messages_key", "idempotency_key", unique=True),
@@ -169,6 +180,51 @@ attempts = Table(
     Column("charged", Boolean, nullable=False, server_default=true()),
     Index("ix_mailout_attempts_outbox_id", "outbox_id"),
     Index("ix_mailout_attempts_outcome_finished", "outcome", "finished_at"),
+)
+
+# One row per distinct attachment content, whatever the messages that carry it: the
+# same terms-and-conditions PDF on 100,000 invoices is stored once.
+attachments = Table(
+    "mailout_attachments",
+    metadata,
+    Column("sha256", String(64), primary_key=True),  # hex digest of the content
+    Column("size", BigInteger, nullable=False),
+    # LONGBLOB on MySQL: its BLOB stops at 64 KB.
+    Column("content", LargeBinary().with_variant(LONGBLOB(), "mysql"), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+# Which message carries which attachment, under which name and type, in order.
+message_attachments = Table(
+    "mailout_message_attachments",
+    metadata,
+    Column("outbox_id", Id, ForeignKey("mailout_messages.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("position", SmallInteger, primary_key=True, autoincrement=False),
+    # No cascade: an attachment row goes only when purge finds nothing refers to it.
+    Column("sha256", String(64), ForeignKey("mailout_attachments.sha256"), nullable=False),
+    Column("filename", String(255), nullable=False),
+    Column("content_type", String(255), nullable=False),
+    Column("inline", Boolean, nullable=False),
+    Column("cid", String(255)),
+    Index("ix_mailout_message_attachments_sha256", "sha256"),
+)
+
+# Per-recipient outcomes of the attempts of messages to several recipients.
+attempt_recipients = Table(
+    "mailout_attempt_recipients",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("outbox_id", Id, ForeignKey("mailout_messages.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("address", String(320), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("reply_code", SmallInteger),
+    Column("enhanced_code", String(16)),
+    Column("reply_text", String(1000)),
+    Column("created_at", Timestamp, nullable=False),
+    Index("ix_mailout_attempt_recipients_outbox_id", "outbox_id"),
 )
 
 # Operator switches: a paused queue or template stays pending on every worker.
