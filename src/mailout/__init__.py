@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         RenderError,
         SchemaMissing,
     )
-    from mailout.models import EnqueueResult, Outcome, Status
+    from mailout.models import Attachment, EnqueueResult, Mailbox, Outcome, Status
 
 __version__ = "0.1.0"
 
@@ -37,16 +37,18 @@ _EXPORTS = {
                         "enqueue_many", "enqueue_many_async"),
     "mailout.exceptions": ("ConfigError", "IdempotencyConflict", "InvalidMessage",
                            "MailoutError", "NotFound", "RenderError", "SchemaMissing"),
-    "mailout.models": ("EnqueueResult", "Outcome", "Status"),
+    "mailout.models": ("Attachment", "EnqueueResult", "Mailbox", "Outcome", "Status"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
+    "Attachment",
     "ConfigError",
     "EnqueueResult",
     "EnqueueSettings",
     "IdempotencyConflict",
     "InvalidMessage",
+    "Mailbox",
     "MailoutError",
     "Message",
     "NotFound",

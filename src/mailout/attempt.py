@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout.exceptions import RenderError
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.logs import LogRecipients, log_send, redact_addresses
 from mailout.models import (
     PARTIALLY_REFUSED,
+    Attachment,
     ClaimedMessage,
     Completion,
     Contact,
@@ -56,6 +58,8 @@ class Context:
     engine: Engine | None = None  # for send-time checks that read the database
     queue_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     log_recipients: LogRecipients = LogRecipients.MASKED  # MAILOUT_LOG_RECIPIENTS
+    # Reads a message's attachments (database I/O: run in a thread); None: no storage.
+    load_attachments: Callable[[int], tuple[Attachment, ...]] | None = None
 
     def retry_policy(self, queue: str) -> RetryPolicy:
         return self.queue_policies.get(queue, self.policy)
@@ -383,6 +387,13 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
                  redact_addresses(str(verdict), ctx.log_recipients))
         return _guarded(msg, ctx, verdict)
     msg = verdict.message
+    if msg.has_attachments and ctx.load_attachments is not None:
+        try:
+            loaded = await asyncio.to_thread(ctx.load_attachments, msg.id)
+        except (OperationalError, DBAPIError) as exc:  # the database, not the message
+            return _guarded(msg, ctx, Retry(f"could not read its attachments: "
+                                            f"{type(exc).__name__}"))
+        msg = replace(msg, attachments=loaded)
     started = time.monotonic()
     try:
         envelope = _render(msg, ctx)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
@@ -19,19 +19,25 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import validate
+from mailout import mime, validate
+from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
-from mailout.models import EnqueueResult
+from mailout.models import Attachment, EnqueueResult, Mailbox
 from mailout.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.policy import QueuePolicy, RetryPolicy, parse_queue_policies
-from mailout.templates import template_schema
+from mailout.templates import resolve_variant, template_schema
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-DEFAULT_MAX_BYTES = 10_000_000
+DEFAULT_MAX_BYTES = 10_000_000  # a whole message after encoding (Postmark's, SES's limit)
+# About 10 MB once base64-encoded: any one file under it fits a message of the default size.
+DEFAULT_MAX_ATTACHMENT_BYTES = 7_000_000
+DEFAULT_MAX_RECIPIENTS = 50
 DEFAULT_MAX_AGE = 24 * 3600.0
+
+Addresses = str | Mailbox | Sequence[str | Mailbox]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,8 @@ class EnqueueSettings:
     templates_dir: Path | None = None  # when set, templates must exist there
     message_id_domain: str | None = None
     max_message_bytes: int = DEFAULT_MAX_BYTES
+    max_attachment_bytes: int = DEFAULT_MAX_ATTACHMENT_BYTES
+    max_recipients: int = DEFAULT_MAX_RECIPIENTS
     max_age_seconds: float = DEFAULT_MAX_AGE
     # Per-queue age limits (MAILOUT_QUEUE_POLICIES, and the defaults of lanes.py:
     # critical 15 minutes, bulk 3 days); other queues use max_age_seconds.
@@ -56,6 +64,9 @@ class EnqueueSettings:
             templates_dir=Path(templates) if templates else None,
             message_id_domain=domain or None,
             max_message_bytes=_positive_int(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
+            max_attachment_bytes=_positive_int(env, "MAILOUT_MAX_ATTACHMENT_BYTES",
+                                               DEFAULT_MAX_ATTACHMENT_BYTES),
+            max_recipients=_positive_int(env, "MAILOUT_MAX_RECIPIENTS", DEFAULT_MAX_RECIPIENTS),
             max_age_seconds=_positive_float(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
             queue_max_age=_queue_ages(env.get("MAILOUT_QUEUE_POLICIES")),
             notify=env.get("MAILOUT_NOTIFY", "1").strip().lower() not in ("0", "false", "no"),
@@ -119,7 +130,7 @@ def make_message_id(domain: str | None) -> str:
 class Message:
     """One message to enqueue; the same arguments as :func:`enqueue`."""
 
-    to: str
+    to: Addresses
     template: str | None = None
     params: Mapping[str, Any] | None = None
     subject: str | None = None
@@ -134,11 +145,17 @@ class Message:
     sender: str | None = None
     event: str | None = None  # the business event, for send-time checks (guards.py)
     version: str | int | None = None  # the event's version at enqueue
+    cc: Addresses | None = None
+    bcc: Addresses | None = None
+    reply_to: Addresses | None = None
+    attachments: Sequence[Attachment] = ()
+    unsubscribe: str | Sequence[str] | None = None  # an https URL and/or a mailto: URI
+    locale: str | None = None  # picks <template>/es-MX/, then <template>/es/, then <template>/
 
 
 def _validated_row(
     msg: Message, settings: EnqueueSettings,
-    templates: dict[str, tuple[str, int | None]] | None = None,
+    templates: dict[tuple[str, str | None], tuple[str, int | None]] | None = None,
 ) -> dict[str, Any]:
     """The column values for ``msg``, or InvalidMessage naming the first bad field.
 
@@ -152,7 +169,7 @@ def _validated_row(
     if msg.template is not None and has_content:
         raise InvalidMessage("template", "give a template or subject/text/html, not both")
     row: dict[str, Any] = {
-        "recipient": validate.address("to", msg.to),
+        **_recipients(msg, settings),
         "sender": None if msg.sender is None else validate.mailbox("sender", msg.sender),
         "queue": validate.queue(msg.queue),
         "priority": validate.priority(msg.priority),
@@ -164,22 +181,22 @@ def _validated_row(
         "subject": None,
         "body_text": None,
         "body_html": None,
-        "headers": None if msg.headers is None else validate.headers(msg.headers),
+        "headers": _headers(msg),
         "event_ref": None if msg.event is None else validate.bounded("event", msg.event, 255),
         "event_version": None if msg.version is None
         else validate.bounded("version", str(msg.version), 64),
         "schema_version": None,
+        "locale": None if msg.locale is None else validate.locale(msg.locale),
     }
+    parts = _attachments(msg.attachments, settings)
+    row["attachment_digest"] = stored_attachments.list_digest(parts)
+    row["attachments"] = parts  # not a column: linked after the insert
     if msg.template is not None:
-        checked = None if templates is None else templates.get(msg.template)
+        checked = None if templates is None else templates.get((msg.template, row["locale"]))
         if checked is None:
-            name = validate.template_name(msg.template, settings.templates_dir)
-            schema = None
-            if settings.templates_dir is not None:
-                schema = template_schema(settings.templates_dir, name)
-            checked = (name, schema)
+            checked = _template(msg.template, row["locale"], settings)
             if templates is not None:
-                templates[msg.template] = checked
+                templates[(msg.template, row["locale"])] = checked
         row["template"], row["schema_version"] = checked
         row["params"], params_size = validate.params({} if msg.params is None else msg.params)
     else:
@@ -191,13 +208,97 @@ def _validated_row(
         row["subject"] = validate.text("subject", msg.subject, header=True, allow_empty=False)
         row["body_text"] = None if msg.text is None else validate.text("text", msg.text)
         row["body_html"] = None if msg.html is None else validate.text("html", msg.html)
-    validate.size(
-        {k: row[k] for k in ("subject", "body_text", "body_html", "headers")},
-        settings.max_message_bytes, extra=params_size,
-    )
+    content = {k: row[k] for k in ("subject", "body_text", "body_html", "headers")}
+    if parts:
+        _check_size(content, params_size, parts, settings.max_message_bytes)
+    validate.size(content, settings.max_message_bytes, extra=params_size)
     row.update(_schedule(msg, settings))
     row["message_id"] = make_message_id(settings.message_id_domain)
     return row
+
+
+def _recipients(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
+    """``recipient`` (the first To address) and ``addresses`` (every mailbox with its
+    display name; None for a single bare To, the common case)."""
+    if isinstance(msg.to, str) and msg.cc is None and msg.bcc is None and msg.reply_to is None \
+            and "<" not in msg.to and '"' not in msg.to:
+        return {"recipient": validate.address("to", msg.to), "addresses": None}
+    found = {"to": validate.mailboxes("to", msg.to)}
+    for name in ("cc", "bcc", "reply_to"):
+        value = getattr(msg, name)
+        if value is not None:
+            found[name] = validate.mailboxes(name, value)
+    unique = {a for f in ("to", "cc", "bcc") for _, a in found.get(f, ())}
+    if len(unique) > settings.max_recipients:
+        raise InvalidMessage("to", f"{len(unique)} recipients (to, cc and bcc): the limit is "
+                             f"{settings.max_recipients} (MAILOUT_MAX_RECIPIENTS). A message "
+                             "to hundreds is a bulk send: enqueue one per recipient")
+    plain = len(found) == 1 and len(found["to"]) == 1 and not found["to"][0][0]
+    addresses = None if plain else {f: [list(pair) for pair in pairs]
+                                    for f, pairs in found.items()}
+    return {"recipient": found["to"][0][1], "addresses": addresses}
+
+
+def _headers(msg: Message) -> dict[str, str] | None:
+    """Extra headers, with List-Unsubscribe from ``unsubscribe``."""
+    headers = None if msg.headers is None else validate.headers(msg.headers)
+    lowered = {name.lower() for name in headers or {}}
+    if msg.reply_to is not None and "reply-to" in lowered:
+        raise InvalidMessage("reply_to", "given twice: as reply_to and in headers")
+    if msg.unsubscribe is None:
+        return headers
+    extra = validate.unsubscribe(msg.unsubscribe)
+    if lowered & {name.lower() for name in extra}:
+        raise InvalidMessage("unsubscribe", "given twice: as unsubscribe and in headers")
+    return {**(headers or {}), **extra}
+
+
+def _attachments(items: Sequence[Attachment],
+                 settings: EnqueueSettings) -> list[stored_attachments.Stored]:
+    """Checked attachments with their content digests; errors name the file."""
+    if isinstance(items, Attachment) or not isinstance(items, Sequence):
+        raise InvalidMessage("attachments", "must be a list of mailout.Attachment")
+    parts: list[stored_attachments.Stored] = []
+    digests: dict[int, str] = {}  # the same bytes object on many messages: hashed once
+    cids: set[str] = set()
+    for item in items:
+        checked = validate.attachment(item, max_bytes=settings.max_attachment_bytes)
+        if checked.cid is not None:
+            if checked.cid in cids:
+                raise InvalidMessage("attachments", f"{checked.filename!r}: cid "
+                                     f"{checked.cid!r} is used twice")
+            cids.add(checked.cid)
+        sha = digests.get(id(checked.content)) or stored_attachments.digest(checked.content)
+        digests[id(checked.content)] = sha
+        parts.append(stored_attachments.Stored(sha, checked.filename, checked.content_type,
+                                               checked.inline, checked.cid, checked.content))
+    return parts
+
+
+def _check_size(content: Mapping[str, object], params_size: int,
+                parts: Sequence[stored_attachments.Stored], limit: int) -> None:
+    """Refuse a message whose attachments, once encoded, take it past ``limit``."""
+    encoded = sum(mime.base64_size(p.size) for p in parts)
+    try:
+        validate.size(content, limit, extra=params_size + encoded)
+    except InvalidMessage as exc:
+        files = ", ".join(f"{p.filename!r} ({p.size} bytes)"
+                          for p in sorted(parts, key=lambda p: -p.size))
+        raise InvalidMessage("attachments", f"{exc.reason} (MAILOUT_MAX_MESSAGE_BYTES) with "
+                             f"attachments encoded as base64: {files}") from None
+
+
+def _template(name: str, locale: str | None,
+              settings: EnqueueSettings) -> tuple[str, int | None]:
+    """The checked template name and its schema; with a locale, a variant must exist."""
+    checked = validate.template_name(name, settings.templates_dir if locale is None else None)
+    if settings.templates_dir is None:
+        return checked, None
+    if locale is not None and resolve_variant(settings.templates_dir, checked, locale) is None:
+        raise InvalidMessage("locale", f"template {checked!r} has no variant for {locale!r} "
+                             f"(looked for {locale}/, its language's folder and the template's "
+                             f"own in {settings.templates_dir})")
+    return checked, template_schema(settings.templates_dir, checked)
 
 
 def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
@@ -237,26 +338,30 @@ def enqueue_many(
     """
     settings = settings or EnqueueSettings.from_env()
     # A template is looked up on disk once per call, not once per message.
-    templates: dict[str, tuple[str, int | None]] = {}
+    templates: dict[tuple[str, str | None], tuple[str, int | None]] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
     stored = inserts.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
+    linked: list[tuple[int, Sequence[stored_attachments.Stored]]] = []
     for row in rows:
         hit = stored[row["idempotency_key"]]
         created = hit.created and hit.message_id == row["message_id"]
+        if created and row["attachments"]:
+            linked.append((hit.id, row["attachments"]))
         if not created and not ignore_conflicts:
             differing = _differing(hit.content, row)
             if differing:
                 raise IdempotencyConflict(row["idempotency_key"], hit.id, differing)
         results.append(EnqueueResult(hit.id, row["idempotency_key"], hit.message_id, created))
+    stored_attachments.store(connection, linked)
     return results
 
 
 def enqueue(
     conn: Connection | Session,
     *,
-    to: str,
+    to: Addresses,
     template: str | None = None,
     params: Mapping[str, Any] | None = None,
     subject: str | None = None,
@@ -271,6 +376,12 @@ def enqueue(
     sender: str | None = None,
     event: str | None = None,
     version: str | int | None = None,
+    cc: Addresses | None = None,
+    bcc: Addresses | None = None,
+    reply_to: Addresses | None = None,
+    attachments: Sequence[Attachment] = (),
+    unsubscribe: str | Sequence[str] | None = None,
+    locale: str | None = None,
     settings: EnqueueSettings | None = None,
     ignore_conflicts: bool = False,
 ) -> EnqueueResult:
@@ -290,12 +401,25 @@ def enqueue(
       check registered for the template can cancel the message at send time if the
       event is no longer current (see :mod:`mailout.guards`). A template whose
       ``meta.toml`` declares ``schema = N`` stores N with the message.
+    - ``to``, ``cc``, ``bcc`` and ``reply_to`` take one address or a list; a string
+      holds one mailbox, display name kept exactly (``'"Doe, John" <j@example.com>'``).
+      Bcc recipients get the message but appear in no header. At most
+      ``MAILOUT_MAX_RECIPIENTS`` (50) distinct recipients.
+    - ``attachments``: :class:`mailout.Attachment` items, stored once per distinct
+      content in the same transaction; ``inline=True`` parts are referenced from the
+      HTML as ``cid:``. Each at most ``MAILOUT_MAX_ATTACHMENT_BYTES``, the whole
+      message at most ``MAILOUT_MAX_MESSAGE_BYTES`` once encoded.
+    - ``unsubscribe``: an https URL and/or a mailto: URI for ``List-Unsubscribe`` (an
+      https URL adds RFC 8058 one-click ``List-Unsubscribe-Post``).
+    - ``locale`` (``es-MX``) renders ``<template>/es-MX/``, else ``<template>/es/``,
+      else ``<template>/``; one of them must exist.
     - Bad input raises :class:`InvalidMessage` naming the field; nothing is written.
     """
     msg = Message(
         to=to, template=template, params=params, subject=subject, text=text, html=html,
         key=key, queue=queue, priority=priority, send_at=send_at, expires_in=expires_in,
-        headers=headers, sender=sender, event=event, version=version,
+        headers=headers, sender=sender, event=event, version=version, cc=cc, bcc=bcc,
+        reply_to=reply_to, attachments=attachments, unsubscribe=unsubscribe, locale=locale,
     )
     return enqueue_many(conn, [msg], settings=settings, ignore_conflicts=ignore_conflicts)[0]
 

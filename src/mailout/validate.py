@@ -20,8 +20,8 @@ from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES, DOT_AT
 
 from mailout import mime
 from mailout.exceptions import InvalidMessage
-from mailout.models import Mailbox
-from mailout.templates import template_exists, validate_template_name
+from mailout.models import Attachment, Mailbox
+from mailout.templates import template_exists, validate_locale, validate_template_name
 
 KEY_MAX = 255
 QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -323,6 +323,10 @@ def headers(value: object) -> dict[str, str]:
         name = text("headers", name, header=True)
         if not HEADER_NAME_RE.fullmatch(name):
             raise InvalidMessage("headers", f"{name!r} is not a valid header name")
+        argument = header_argument(name)
+        if argument is not None and argument != "reply_to":
+            raise InvalidMessage("headers", f"{name!r} cannot be given as a header: use the "
+                                 f"{argument} argument")
         if name.lower() in RESERVED_HEADERS or name.lower().startswith("content-"):
             raise InvalidMessage("headers", f"{name!r} is set by mailout and cannot be given")
         out[name] = text(f"headers[{name}]", val, header=True)
@@ -342,3 +346,110 @@ def size(fields: Mapping[str, object], limit: int, *, extra: int = 0) -> None:
             total += len(json.dumps(val, ensure_ascii=False).encode("utf-8"))
     if total > limit:
         raise InvalidMessage("size", f"the message is {total} bytes, the limit is {limit}")
+
+
+# -- complete messages: recipients, attachments, unsubscribe, locale ------------
+
+_ADDRESS_ARGUMENTS = {"to": "to", "cc": "cc", "bcc": "bcc", "reply-to": "reply_to"}
+# Printable ASCII but "<", ">" and space: what fits between the angle brackets of
+# List-Unsubscribe unchanged.
+_URI_RE = re.compile(r"[!-;=?-~]+")
+_UNSUBSCRIBE_MAX = 2000
+_FILENAME_MAX = 255
+_CONTENT_TYPE_RE = re.compile(r"[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+")
+_CID_RE = re.compile(r"[!-;=?-~]{1,255}")  # printable ASCII but "<" and ">"
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def mailboxes(field: str, value: object) -> list[tuple[str, str]]:
+    """One address or a list of them, as (display name, normalised address) pairs.
+
+    Each item is a string holding exactly one mailbox (``bob@example.com``,
+    ``"Doe, John" <john@example.com>``) or a :class:`~mailout.models.Mailbox`, whose
+    name is taken exactly as given. Display names are kept exactly; a string with
+    two addresses is refused (pass a list), and so is an empty list.
+    """
+    items = [value] if isinstance(value, str | Mailbox) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise InvalidMessage(field, "give an address or a non-empty list of addresses")
+    return [_one_mailbox(field, item) for item in items]
+
+
+def _one_mailbox(field: str, item: object) -> tuple[str, str]:
+    if isinstance(item, Mailbox):
+        name = text(field, item.name, header=True)
+        if _CONTROL_RE.search(name):
+            raise InvalidMessage(field, f"display name {name!r} has a control character")
+        return name, address(field, item.address)
+    raw = text(field, item, header=True, allow_empty=False)
+    if _CONTROL_RE.search(raw):
+        raise InvalidMessage(field, "contains a control character")
+    if "<" not in raw and "," not in raw and '"' not in raw:
+        return "", address(field, raw.strip())
+    found, defects = _parse(field, raw)
+    if len(found) != 1 or defects:
+        raise InvalidMessage(field, f"must hold exactly one valid address (pass a list for "
+                             f"several): {raw!r}")
+    return found[0][0], address(field, found[0][1])
+
+
+def header_argument(name: str) -> str | None:
+    """The enqueue argument that replaces header ``name`` (To, Cc, Bcc, Reply-To)."""
+    return _ADDRESS_ARGUMENTS.get(name.lower())
+
+
+def unsubscribe(value: object) -> dict[str, str]:
+    """The List-Unsubscribe headers for an https URL and/or a mailto: URI (RFC 2369),
+    with ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` when there is an
+    https URL (RFC 8058 one-click)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not 1 <= len(items) <= 2:
+        raise InvalidMessage("unsubscribe", "give an https URL, a mailto: URI, or one of each")
+    kinds: list[str] = []
+    for item in items:
+        uri = text("unsubscribe", item, header=True, allow_empty=False)
+        scheme = uri.partition(":")[0].lower()
+        if scheme not in ("https", "mailto") or not _URI_RE.fullmatch(uri) or \
+                len(uri) > _UNSUBSCRIBE_MAX or uri.rstrip("/").lower() in ("https:", "mailto:"):
+            raise InvalidMessage("unsubscribe", f"{uri[:80]!r} is not an https URL or a mailto: "
+                                 "URI of printable ASCII (percent-encode the rest)")
+        kinds.append(scheme)
+    if len(set(kinds)) != len(kinds):
+        raise InvalidMessage("unsubscribe", "give at most one https URL and one mailto: URI")
+    headers = {"List-Unsubscribe": ", ".join(f"<{u}>" for u in items)}
+    if "https" in kinds:
+        headers["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    return headers
+
+
+def locale(value: object) -> str:
+    """A BCP 47 language tag (``es-MX``); ``_`` is taken for ``-``."""
+    raw = text("locale", value, header=True, allow_empty=False)
+    try:
+        return validate_locale(raw)
+    except ValueError as exc:
+        raise InvalidMessage("locale", str(exc)) from None
+
+
+def attachment(item: object, *, max_bytes: int) -> Attachment:
+    """One attachment, checked: a filename without control characters or path
+    separators, a ``type/subtype`` content type, a cid of printable ASCII, and at most
+    ``max_bytes`` of content. Errors name the file."""
+    if not isinstance(item, Attachment):
+        raise InvalidMessage("attachments", f"expected mailout.Attachment, not "
+                             f"{type(item).__name__}")
+    name = text("attachments", item.filename, header=True, allow_empty=False)
+    if len(name) > _FILENAME_MAX or _CONTROL_RE.search(name) or "/" in name or "\\" in name:
+        raise InvalidMessage("attachments", f"{name[:80]!r}: a filename is at most "
+                             f"{_FILENAME_MAX} characters, without control characters or "
+                             "path separators")
+    if not _CONTENT_TYPE_RE.fullmatch(item.content_type):
+        raise InvalidMessage("attachments", f"{name!r}: content type "
+                             f"{item.content_type[:80]!r} is not type/subtype")
+    if item.cid is not None and not _CID_RE.fullmatch(item.cid):
+        raise InvalidMessage("attachments", f"{name!r}: cid {item.cid[:80]!r} must be "
+                             "printable ASCII without spaces or <>; give one with cid=")
+    if len(item.content) > max_bytes:
+        raise InvalidMessage("attachments", f"{name!r} is {len(item.content)} bytes, the limit "
+                             f"per attachment is {max_bytes} (MAILOUT_MAX_ATTACHMENT_BYTES)")
+    return Attachment(name, item.content, item.content_type.lower(), item.inline, item.cid)

@@ -103,8 +103,9 @@ def for_message(conn: Connection, outbox_id: int,
     wanted = sorted({r.sha256 for r in rows if r.sha256 not in cached})
     found = dict(cached)
     if wanted:
-        found.update(conn.execute(select(attachments.c.sha256, attachments.c.content)
-                                  .where(attachments.c.sha256.in_(wanted))).tuples().all())
+        found.update((sha, content) for sha, content in conn.execute(
+            select(attachments.c.sha256, attachments.c.content)
+            .where(attachments.c.sha256.in_(wanted))))
     return [Stored(r.sha256, r.filename, r.content_type, r.inline, r.cid, found[r.sha256])
             for r in rows]
 

@@ -24,7 +24,7 @@ from mailout.models import Status
 # The columns that make two messages "the same" for idempotency.
 CONTENT_COLUMNS = (
     "recipient", "sender", "queue", "template", "params", "subject", "body_text",
-    "body_html", "headers",
+    "body_html", "headers", "addresses", "locale", "attachment_digest",
 )
 
 
@@ -108,7 +108,8 @@ def _insert_params(row: Mapping[str, Any]) -> dict[str, Any]:
 
 _ROW_TYPES = {  # the jsonb_to_recordset() columns of _INSERT_PG and their types
     **dict.fromkeys(_LITERAL_COLUMNS, "text"),
-    "params": "jsonb", "headers": "jsonb", "priority": "smallint", "schema_version": "int",
+    "params": "jsonb", "headers": "jsonb", "addresses": "jsonb", "priority": "smallint",
+    "schema_version": "int",
     "send_at": "timestamptz", "expires_at": "timestamptz", "expires_in": "float8",
     "ord": "int",
 }

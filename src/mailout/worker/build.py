@@ -18,6 +18,7 @@ from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.render import Renderer
 from mailout.templates import known_schemas
 from mailout.transports.base import Transport
+from mailout.worker.attachments import AttachmentLoader
 from mailout.worker.options import Options
 from mailout.worker.runtime import Worker, make_rng, worker_name
 
@@ -58,13 +59,14 @@ def build_worker(
             return transport_factory()
         return settings.transport.build(concurrency)
 
+    loader = AttachmentLoader(engine)
     contexts = [
         (lane, attempt.Context(
             worker=name, policy=settings.retry_policy, renderer=renderer,
             transport=transport(lane.concurrency), rng=make_rng(),
             on_unknown=settings.on_unknown, log_recipients=settings.log_recipients,
             queue_policies={q: p.retry for q, p in policies.items()},
-            guards=guards, engine=engine,
+            guards=guards, engine=engine, load_attachments=loader,
         ))
         for lane in lanes
     ]

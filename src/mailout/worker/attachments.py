@@ -1,0 +1,55 @@
+"""Loading a claimed message's attachments, with a small cache of contents.
+
+The same content often rides on many messages (terms and conditions on every
+invoice): a content read once is kept, up to a byte budget, and later messages
+read only their link rows. Runs in a worker thread (it does database I/O).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from sqlalchemy import Engine
+
+from mailout.db import attachments
+from mailout.models import Attachment
+
+CACHE_BYTES = 32 * 1024 * 1024
+
+
+class AttachmentLoader:
+    """``loader(outbox_id)`` -> the message's attachments, in order. Thread-safe.
+
+    Contents are cached by digest, least recently used first out, up to
+    ``cache_bytes``; a content larger than a quarter of the budget is not cached.
+    """
+
+    def __init__(self, engine: Engine, cache_bytes: int = CACHE_BYTES) -> None:
+        self._engine = engine
+        self._budget = cache_bytes
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, outbox_id: int) -> tuple[Attachment, ...]:
+        with self._lock:
+            known = dict(self._cache)
+        with self._engine.connect() as conn:
+            items = attachments.for_message(conn, outbox_id, known)
+        with self._lock:
+            for item in items:
+                self._remember(item.sha256, item.content)
+        return attachments.as_attachments(items)
+
+    def _remember(self, sha: str, content: bytes) -> None:
+        if sha in self._cache:
+            self._cache.move_to_end(sha)
+            return
+        if len(content) > self._budget // 4:
+            return
+        self._cache[sha] = content
+        self._size += len(content)
+        while self._size > self._budget:
+            _, dropped = self._cache.popitem(last=False)
+            self._size -= len(dropped)
