@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from mailout.db.admin import AttemptRecord, MessageRecord, StatusReport
 from mailout.db.outages import TransportTrouble
+from mailout.db.recipients import RecipientRecord
 
 if TYPE_CHECKING:  # Rich is imported when a table is drawn: --json output skips its cost
     from rich.console import Console
@@ -27,7 +28,7 @@ PIPED_WIDTH = 120
 STATUS_COLUMNS = ("pending", "sending", "sent", "failed", "dead", "cancelled", "unknown")
 _SHOW_FIELDS = (
     "key", "status", "reason", "queue", "priority", "recipient", "sender", "template",
-    "subject", "message_id", "provider_message_id", "attempts", "last_reply_code",
+    "locale", "subject", "message_id", "provider_message_id", "attempts", "last_reply_code",
     "last_reply_text", "lease_owner",
 )
 
@@ -155,14 +156,33 @@ def print_list(out: Console, rows: list[MessageRecord]) -> None:
         out.print("no messages match")
 
 
-def print_message(out: Console, msg: MessageRecord, log: list[AttemptRecord]) -> None:
+def print_message(out: Console, msg: MessageRecord, log: list[AttemptRecord],
+                  each: list[RecipientRecord] | None = None) -> None:
     fields = table("field", "value", title=f"Message {msg.id}")
     for name in _SHOW_FIELDS:
         value = getattr(msg, name)
         if value is not None:
             fields.add_row(name, str(value))
     out.print(fields)
+    if each:
+        out.print(recipients_table(each))
     out.print(timeline(msg, log))
+
+
+def recipient_state(r: RecipientRecord) -> str:
+    """``sent``, ``failed``, ``dead`` once settled; else the latest outcome or pending."""
+    return r.settled or r.outcome or "pending"
+
+
+def recipients_table(each: list[RecipientRecord]) -> Table:
+    """One line per recipient of a message to several: where it stands, and the reply."""
+    out = table("recipient", "kind", "status", "attempt", "reply", title="Recipients",
+                keep=("kind", "status", "attempt"))
+    for r in each:
+        reply = " ".join(str(x) for x in (r.reply_code, r.reply_text) if x is not None)
+        out.add_row(r.address, r.kind, recipient_state(r),
+                    "-" if r.attempt is None else str(r.attempt), reply or "-")
+    return out
 
 
 def timeline(msg: MessageRecord, log: list[AttemptRecord]) -> Table:
@@ -189,9 +209,11 @@ def timeline(msg: MessageRecord, log: list[AttemptRecord]) -> Table:
     return out
 
 
-def trace_doc(msg: MessageRecord, matched_by: str) -> dict[str, Any]:
-    """The fields that link a business event, a Message-ID and a provider's id."""
-    return {
+def trace_doc(msg: MessageRecord, matched_by: str,
+              each: list[RecipientRecord] | None = None) -> dict[str, Any]:
+    """The fields that link a business event, a Message-ID and a provider's id; for a
+    message to several, each recipient's status (``address: status code``)."""
+    doc = {
         "matched_by": matched_by, "id": msg.id, "key": msg.key, "message_id": msg.message_id,
         "provider_message_id": msg.provider_message_id, "status": msg.status,
         "reason": msg.reason, "recipient": msg.recipient, "template": msg.template,
@@ -199,12 +221,21 @@ def trace_doc(msg: MessageRecord, matched_by: str) -> dict[str, Any]:
         "first_attempt_at": msg.first_attempt_at, "sent_at": msg.sent_at,
         "finished_at": msg.finished_at,
     }
+    if each:
+        doc["recipients"] = {r.address: " ".join(
+            str(x) for x in (recipient_state(r), r.reply_code, r.enhanced_code)
+            if x is not None) for r in each}
+    return doc
 
 
 def print_trace(out: Console, ref: str, doc: dict[str, Any]) -> None:
     rows = table("field", "value", title=f"Trace of {ref} (matched by {doc['matched_by']})")
     for name, value in doc.items():
         if name == "matched_by":
+            continue
+        if isinstance(value, dict):
+            for address, state in value.items():
+                rows.add_row(f"recipient {address}", str(state))
             continue
         shown = when(value) if isinstance(value, datetime) else "-" if value is None else value
         rows.add_row(name, str(shown))

@@ -134,20 +134,33 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
 
 
 @cli.command("enqueue")
-@click.option("--to", required=True, help="Recipient address.")
+@click.option("--to", required=True, multiple=True,
+              help="Recipient address (repeat for several); 'Name <addr>' keeps the name.")
+@click.option("--cc", multiple=True, help="Cc address (repeatable).")
+@click.option("--bcc", multiple=True, help="Bcc address (repeatable): in no header.")
+@click.option("--reply-to", multiple=True, help="Reply-To address (repeatable).")
 @click.option("--template", help="Template name (a folder under MAILOUT_TEMPLATES).")
 @click.option("--params", help="Template params as a JSON object.")
+@click.option("--locale", help="Template variant, e.g. es-MX (then es, then the default).")
 @click.option("--subject")
 @click.option("--text")
 @click.option("--html")
+@click.option("--attach", "attach", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Attach this file (repeatable); its type is guessed from its name.")
+@click.option("--unsubscribe", multiple=True,
+              help="List-Unsubscribe: an https URL and/or a mailto: URI.")
 @click.option("--key", help="Idempotency key (default: random, no deduplication).")
 @click.option("--queue", default="default", show_default=True)
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher goes first.")
 @click.option("--send-at", help="ISO 8601 time to send at (no zone means UTC).")
 @click.pass_obj
-def enqueue_cmd(obj: dict[str, Any], to: str, template: str | None, params: str | None,
-                subject: str | None, text: str | None, html: str | None, key: str | None,
-                queue: str, priority: int, send_at: str | None) -> None:
+def enqueue_cmd(obj: dict[str, Any], to: tuple[str, ...], cc: tuple[str, ...],
+                bcc: tuple[str, ...], reply_to: tuple[str, ...], template: str | None,
+                params: str | None, locale: str | None, subject: str | None,
+                text: str | None, html: str | None, attach: tuple[Path, ...],
+                unsubscribe: tuple[str, ...], key: str | None, queue: str, priority: int,
+                send_at: str | None) -> None:
     """Enqueue one message.
 
     Prints a JSON object: id, key, message_id, created (false when the key already
@@ -156,6 +169,7 @@ def enqueue_cmd(obj: dict[str, Any], to: str, template: str | None, params: str 
     message exits 1.
     """
     from mailout.enqueue import enqueue
+    from mailout.models import Attachment
 
     try:
         parsed = json.loads(params) if params else None
@@ -165,15 +179,23 @@ def enqueue_cmd(obj: dict[str, Any], to: str, template: str | None, params: str 
         when_ = common.parse_moment(send_at) if send_at else None
     except ValueError:
         raise click.BadParameter("not an ISO 8601 date-time", param_hint="--send-at") from None
+    try:
+        files = [Attachment(path.name, path) for path in attach]
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {exc.filename}: {exc.strerror}",
+                                 param_hint="--attach") from None
     engine = common.engine_for(obj)
     try:
         with engine.begin() as conn:
-            result = enqueue(conn, to=to, template=template, params=parsed, subject=subject,
-                             text=text, html=html, key=key, queue=queue, priority=priority,
-                             send_at=when_)
+            result = enqueue(conn, to=list(to), template=template, params=parsed,
+                             subject=subject, text=text, html=html, key=key, queue=queue,
+                             priority=priority, send_at=when_, cc=list(cc) or None,
+                             bcc=list(bcc) or None, reply_to=list(reply_to) or None,
+                             attachments=files, unsubscribe=list(unsubscribe) or None,
+                             locale=locale)
     except InvalidMessage as exc:
         # InvalidMessage names the enqueue() argument; the user typed the option.
-        hint = "--" + exc.field.replace("_", "-")
+        hint = "--attach" if exc.field == "attachments" else "--" + exc.field.replace("_", "-")
         raise click.BadParameter(exc.reason, param_hint=hint) from None
     click.echo(json.dumps({"id": result.id, "key": result.key,
                            "message_id": result.message_id, "created": result.created}))
@@ -259,17 +281,20 @@ def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     too). The message's params and body are never shown. Delivery events linked to
     the message (bounces, complaints, deliveries) follow the timeline.
     """
+    from mailout.db import recipients
     from mailout.db.events import events_for
 
     with common.engine_for(obj).connect() as conn:
         msg, _how = _find(conn, ref)
         log = admin.attempt_log(conn, msg.id)
+        each = recipients.recipients(conn, msg.id)
         events = events_for(conn, msg.id)
     if as_json:
-        click.echo(display.to_json({"message": msg, "attempts": log, "events": events}))
+        click.echo(display.to_json({"message": msg, "attempts": log, "recipients": each,
+                                    "events": events}))
         return
     out = display.console()
-    display.print_message(out, msg, log)
+    display.print_message(out, msg, log, each)
     if events:
         bounces.print_events(out, events, title="Delivery events")
 
@@ -285,12 +310,14 @@ def trace_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     id or a row id. Prints all of them with the created, first attempt, sent and
     finished times, and the delivery events (bounces, complaints...) linked to it.
     """
+    from mailout.db import recipients
     from mailout.db.events import events_for
 
     with common.engine_for(obj).connect() as conn:
         msg, how = _find(conn, ref)
+        each = recipients.recipients(conn, msg.id)
         events = events_for(conn, msg.id)
-    doc = display.trace_doc(msg, how)
+    doc = display.trace_doc(msg, how, each)
     if as_json:
         click.echo(display.to_json({**doc, "events": events}))
         return
@@ -387,8 +414,9 @@ def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: 
     """Delete old finished messages.
 
     Deletes rows in the given final statuses finished before the cutoff (database
-    clock), with their attempts, in small transactions. A cutoff inside the
-    idempotency window (MAILOUT_IDEMPOTENCY_WINDOW, default 30d) needs --force.
+    clock), with their attempts, in small transactions, then the attachment contents
+    no message refers to any more. A cutoff inside the idempotency window
+    (MAILOUT_IDEMPOTENCY_WINDOW, default 30d) needs --force.
     """
     chosen = _statuses(statuses, "--status", allowed=admin.PURGEABLE)
     window = idempotency_window()
@@ -400,21 +428,47 @@ def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: 
             "with it, so the same event could be enqueued, and sent, again. Pass --force if "
             "that is acceptable."
         )
+    from mailout.db import attachments
+
     engine = common.engine_for(obj)
     with engine.connect() as conn:
         n = admin.count_purgeable(conn, older_than, chosen)
-    if n == 0:
+        orphans = attachments.count_orphans(conn)
+    if n == 0 and orphans == 0:
         click.echo("nothing to purge")
         return
-    _confirm(f"Delete {n} messages ({', '.join(chosen)}) and their attempts?", yes)
+    _confirm(f"Delete {n} messages ({', '.join(chosen)}) and their attempts, and the "
+             "attachments no message refers to any more?", yes)
     total_m = total_a = 0
-    while True:
+    while n:
         with engine.begin() as conn:
             m, a = admin.purge(conn, older_than, chosen, batch=PURGE_BATCH)
         total_m, total_a = total_m + m, total_a + a
         if m < PURGE_BATCH:
             break
-    click.echo(f"purged {total_m} messages and {total_a} attempts")
+    click.echo(f"purged {total_m} messages and {total_a} attempts, and "
+               f"{_purge_attachments(engine)} attachments no message refers to")
+
+
+def _purge_attachments(engine: Any) -> int:
+    """Delete unreferenced attachment contents in small transactions. A content an
+    enqueue links meanwhile is skipped (and tried again on the next purge)."""
+    from mailout.db import attachments
+
+    total, misses = 0, 0
+    while misses < ORPHAN_TRIES:
+        with engine.begin() as conn:
+            deleted = attachments.purge_orphans(conn, batch=ORPHAN_BATCH)
+            remaining = attachments.count_orphans(conn) if deleted < ORPHAN_BATCH else 1
+        total += deleted
+        if remaining == 0:
+            break
+        misses = 0 if deleted else misses + 1
+    return total
+
+
+ORPHAN_BATCH = 100  # contents can be megabytes each: small batches, short transactions
+ORPHAN_TRIES = 3  # batches in a row that an enqueue got in the way of before giving up
 
 
 @cli.command("check")

@@ -29,7 +29,14 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db.outages import TransportTrouble, transport_trouble
-from mailout.db.schema import attempts, db_now, db_now_plus, messages
+from mailout.db.schema import (
+    attempt_recipients,
+    attempts,
+    db_now,
+    db_now_plus,
+    message_attachments,
+    messages,
+)
 from mailout.models import FINAL_STATUSES, Outcome, Status
 from mailout.timeutil import aware
 
@@ -43,7 +50,7 @@ _SUMMARY_COLUMNS = (
     "id", "idempotency_key", "queue", "priority", "status", "reason", "recipient", "sender",
     "template", "subject", "message_id", "provider_message_id", "attempts", "next_attempt_at",
     "expires_at", "lease_owner", "lease_expires_at", "last_reply_code", "last_reply_text",
-    "created_at", "first_attempt_at", "last_attempt_at", "sent_at", "finished_at",
+    "created_at", "first_attempt_at", "last_attempt_at", "sent_at", "finished_at", "locale",
 )
 
 
@@ -75,6 +82,7 @@ class MessageRecord:
     last_attempt_at: datetime | None
     sent_at: datetime | None
     finished_at: datetime | None
+    locale: str | None = None  # the template variant asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +361,21 @@ def requeue(conn: Connection, ids: Iterable[int]) -> Change:
             .returning(messages.c.id)
         )
         changed += conn.scalars(stmt).all()
+    _forget_refusals(conn, changed)
     return Change(sorted(changed), _skipped(conn, wanted, changed))
+
+
+def _forget_refusals(conn: Connection, ids: Sequence[int]) -> None:
+    """A requeued message to several recipients is tried again for those refused or
+    given up on; those that accepted it are not sent it again."""
+    if not ids:
+        return
+    found = conn.execute(select(messages.c.id, messages.c.settled)
+                         .where(messages.c.id.in_(list(ids)), messages.c.settled.is_not(None)))
+    for rid, settled in found.all():
+        kept = {a: s for a, s in (settled or {}).items() if s == "sent"}
+        conn.execute(update(messages).where(messages.c.id == rid)
+                     .values(settled=kept or None))
 
 
 def cancel(conn: Connection, ids: Iterable[int]) -> Change:
@@ -407,7 +429,9 @@ def purge(
     ``older_than`` ago on the database clock) with their attempts.
 
     Returns (messages, attempts) deleted. Call it in short transactions until it
-    returns 0 messages: one huge delete would hold locks the workers need.
+    returns 0 messages: one huge delete would hold locks the workers need. The
+    attachment contents they leave unreferenced stay until
+    :func:`mailout.db.attachments.purge_orphans`.
     Raises ValueError for a status that is not final.
     """
     cond = _purgeable(older_than, statuses)
@@ -418,6 +442,8 @@ def purge(
     # Attempts first, explicitly: the foreign key cascades, but SQLite only honours it
     # when the connection turned foreign keys on.
     n_attempts = conn.execute(delete(attempts).where(attempts.c.outbox_id.in_(ids))).rowcount
+    conn.execute(delete(attempt_recipients).where(attempt_recipients.c.outbox_id.in_(ids)))
+    conn.execute(delete(message_attachments).where(message_attachments.c.outbox_id.in_(ids)))
     n_messages = conn.execute(delete(messages).where(messages.c.id.in_(ids))).rowcount
     return n_messages, n_attempts
 
