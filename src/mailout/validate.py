@@ -438,7 +438,7 @@ def attachment(item: object, *, max_bytes: int) -> Attachment:
     if not isinstance(item, Attachment):
         raise InvalidMessage("attachments", f"expected mailout.Attachment, not "
                              f"{type(item).__name__}")
-    name = text("attachments", item.filename, header=True, allow_empty=False)
+    name = text("attachments", item.filename, allow_empty=False)
     if len(name) > _FILENAME_MAX or _CONTROL_RE.search(name) or "/" in name or "\\" in name:
         raise InvalidMessage("attachments", f"{name[:80]!r}: a filename is at most "
                              f"{_FILENAME_MAX} characters, without control characters or "
