@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import mime, validate
+from mailout import compose, validate
 from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
@@ -169,7 +169,8 @@ def _validated_row(
     if msg.template is not None and has_content:
         raise InvalidMessage("template", "give a template or subject/text/html, not both")
     row: dict[str, Any] = {
-        **_recipients(msg, settings),
+        **compose.recipients(msg.to, msg.cc, msg.bcc, msg.reply_to,
+                             limit=settings.max_recipients),
         "sender": None if msg.sender is None else validate.mailbox("sender", msg.sender),
         "queue": validate.queue(msg.queue),
         "priority": validate.priority(msg.priority),
@@ -181,14 +182,15 @@ def _validated_row(
         "subject": None,
         "body_text": None,
         "body_html": None,
-        "headers": _headers(msg),
+        "headers": compose.headers(msg.headers, reply_to=msg.reply_to is not None,
+                                   unsubscribe=msg.unsubscribe),
         "event_ref": None if msg.event is None else validate.bounded("event", msg.event, 255),
         "event_version": None if msg.version is None
         else validate.bounded("version", str(msg.version), 64),
         "schema_version": None,
         "locale": None if msg.locale is None else validate.locale(msg.locale),
     }
-    parts = _attachments(msg.attachments, settings)
+    parts = compose.attachments(msg.attachments, max_bytes=settings.max_attachment_bytes)
     row["attachment_digest"] = stored_attachments.list_digest(parts)
     row["attachments"] = parts  # not a column: linked after the insert
     if msg.template is not None:
@@ -210,82 +212,11 @@ def _validated_row(
         row["body_html"] = None if msg.html is None else validate.text("html", msg.html)
     content = {k: row[k] for k in ("subject", "body_text", "body_html", "headers")}
     if parts:
-        _check_size(content, params_size, parts, settings.max_message_bytes)
+        compose.check_size(content, params_size, parts, settings.max_message_bytes)
     validate.size(content, settings.max_message_bytes, extra=params_size)
     row.update(_schedule(msg, settings))
     row["message_id"] = make_message_id(settings.message_id_domain)
     return row
-
-
-def _recipients(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
-    """``recipient`` (the first To address) and ``addresses`` (every mailbox with its
-    display name; None for a single bare To, the common case)."""
-    if isinstance(msg.to, str) and msg.cc is None and msg.bcc is None and msg.reply_to is None \
-            and "<" not in msg.to and '"' not in msg.to:
-        return {"recipient": validate.address("to", msg.to), "addresses": None}
-    found = {"to": validate.mailboxes("to", msg.to)}
-    for name in ("cc", "bcc", "reply_to"):
-        value = getattr(msg, name)
-        if value is not None:
-            found[name] = validate.mailboxes(name, value)
-    unique = {a for f in ("to", "cc", "bcc") for _, a in found.get(f, ())}
-    if len(unique) > settings.max_recipients:
-        raise InvalidMessage("to", f"{len(unique)} recipients (to, cc and bcc): the limit is "
-                             f"{settings.max_recipients} (MAILOUT_MAX_RECIPIENTS). A message "
-                             "to hundreds is a bulk send: enqueue one per recipient")
-    plain = len(found) == 1 and len(found["to"]) == 1 and not found["to"][0][0]
-    addresses = None if plain else {f: [list(pair) for pair in pairs]
-                                    for f, pairs in found.items()}
-    return {"recipient": found["to"][0][1], "addresses": addresses}
-
-
-def _headers(msg: Message) -> dict[str, str] | None:
-    """Extra headers, with List-Unsubscribe from ``unsubscribe``."""
-    headers = None if msg.headers is None else validate.headers(msg.headers)
-    lowered = {name.lower() for name in headers or {}}
-    if msg.reply_to is not None and "reply-to" in lowered:
-        raise InvalidMessage("reply_to", "given twice: as reply_to and in headers")
-    if msg.unsubscribe is None:
-        return headers
-    extra = validate.unsubscribe(msg.unsubscribe)
-    if lowered & {name.lower() for name in extra}:
-        raise InvalidMessage("unsubscribe", "given twice: as unsubscribe and in headers")
-    return {**(headers or {}), **extra}
-
-
-def _attachments(items: Sequence[Attachment],
-                 settings: EnqueueSettings) -> list[stored_attachments.Stored]:
-    """Checked attachments with their content digests; errors name the file."""
-    if isinstance(items, Attachment) or not isinstance(items, Sequence):
-        raise InvalidMessage("attachments", "must be a list of mailout.Attachment")
-    parts: list[stored_attachments.Stored] = []
-    digests: dict[int, str] = {}  # the same bytes object on many messages: hashed once
-    cids: set[str] = set()
-    for item in items:
-        checked = validate.attachment(item, max_bytes=settings.max_attachment_bytes)
-        if checked.cid is not None:
-            if checked.cid in cids:
-                raise InvalidMessage("attachments", f"{checked.filename!r}: cid "
-                                     f"{checked.cid!r} is used twice")
-            cids.add(checked.cid)
-        sha = digests.get(id(checked.content)) or stored_attachments.digest(checked.content)
-        digests[id(checked.content)] = sha
-        parts.append(stored_attachments.Stored(sha, checked.filename, checked.content_type,
-                                               checked.inline, checked.cid, checked.content))
-    return parts
-
-
-def _check_size(content: Mapping[str, object], params_size: int,
-                parts: Sequence[stored_attachments.Stored], limit: int) -> None:
-    """Refuse a message whose attachments, once encoded, take it past ``limit``."""
-    encoded = sum(mime.base64_size(p.size) for p in parts)
-    try:
-        validate.size(content, limit, extra=params_size + encoded)
-    except InvalidMessage as exc:
-        files = ", ".join(f"{p.filename!r} ({p.size} bytes)"
-                          for p in sorted(parts, key=lambda p: -p.size))
-        raise InvalidMessage("attachments", f"{exc.reason} (MAILOUT_MAX_MESSAGE_BYTES) with "
-                             f"attachments encoded as base64: {files}") from None
 
 
 def _template(name: str, locale: str | None,
