@@ -1,0 +1,137 @@
+"""Attachments: drain rate with and without them, and a worker's memory with large ones.
+
+PostgreSQL (see bench/common.py) and Postfix's ``smtp-sink`` on loopback; every run
+is ``mailout worker --until-idle`` as a real process, and its peak RSS comes from
+``wait4``. Prints one table:
+
+1. Drain, side by side: N plain messages (the throughput benchmark's template,
+   ~2 KB text and ~2 KB HTML), then the same N messages each with a 100 KB PDF of
+   its own (distinct contents: no cache helps), then the same N with one shared
+   100 KB PDF. Plain and 100 KB runs alternate ``--rounds`` times; the median is
+   shown, with every round.
+2. Memory: M messages (default 100) each with a 5 MB attachment of its own, drained
+   by one worker at the default concurrency (10) and at ``--concurrency``: peak RSS,
+   next to the plain drain's.
+
+    .venv/bin/python -m bench.attachments [-n 2000] [-m 100] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select, text
+
+from bench.common import (
+    TEMPLATE,
+    params,
+    run_workers,
+    scratch_database,
+    smtp_sink,
+    worker_env,
+    write_templates,
+)
+from mailout import Attachment, db
+from mailout.db import migrate
+from mailout.db.schema import messages
+from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+
+KB = 1024
+MB = 1024 * KB
+
+
+@dataclass
+class Run:
+    label: str
+    sent: int
+    rate: float  # msg/s over the database-clock span of the sends
+    wall: float
+    peak_mb: float
+
+
+def reset(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE mailout_messages, mailout_attachments "
+                          "RESTART IDENTITY CASCADE"))
+
+
+def fill(engine: Engine, templates: Path, n: int, size: int, shared: bool, tag: str) -> None:
+    cfg = EnqueueSettings(templates_dir=templates, message_id_domain="shop.example.com",
+                          max_attachment_bytes=max(size, 1), max_message_bytes=2 * size + MB)
+    common = os.urandom(size)
+    step = max(1, min(1000, 20 * MB // max(size, 1)))  # keep each transaction's bytes bounded
+    for start in range(0, n, step):
+        batch = []
+        for i in range(start, min(n, start + step)):
+            files = []
+            if size:
+                files = [Attachment(f"invoice-{i}.pdf", common if shared else os.urandom(size))]
+            batch.append(Message(to=f"customer{i}@example.com", template=TEMPLATE,
+                                 params=params(i), key=f"{tag}-{i}", attachments=files))
+        with engine.begin() as conn:
+            enqueue_many(conn, batch, settings=cfg)
+
+
+def drain(engine: Engine, url: str, port: int, templates: Path, label: str, n: int,
+          size: int, shared: bool, concurrency: int) -> Run:
+    reset(engine)
+    fill(engine, templates, n, size, shared, label)
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(text("VACUUM ANALYZE mailout_messages"))
+    run = run_workers(worker_env(url, port, templates, concurrency), 1)
+    with engine.connect() as conn:
+        sent, first, last = conn.execute(
+            select(func.count(), func.min(messages.c.first_attempt_at),
+                   func.max(messages.c.sent_at)).where(messages.c.status == "sent")).one()
+    if sent != n:
+        raise RuntimeError(f"{label}: {sent} of {n} sent")
+    span = (last - first).total_seconds() if sent else 0.0
+    return Run(label, sent, sent / span if span > 0 else 0.0, run.wall,
+               run.peak_kb[0] / 1024)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=2_000, help="messages per drain (default 2000)")
+    ap.add_argument("-m", type=int, default=100, help="messages with 5 MB each (default 100)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating drains (default 3)")
+    ap.add_argument("--concurrency", type=int, default=50,
+                    help="worker concurrency for the drains (default 50)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url, smtp_sink() as port:
+        templates = write_templates(Path(tmp) / "templates")
+        engine = db.make_engine(url)
+        migrate.upgrade(engine)
+        rounds: dict[str, list[Run]] = {"plain": [], "100 KB each": [], "100 KB shared": []}
+        for r in range(args.rounds):
+            for label, size, shared in (("plain", 0, False), ("100 KB each", 100 * KB, False),
+                                        ("100 KB shared", 100 * KB, True)):
+                print(f"round {r + 1}: {label}...", flush=True)
+                rounds[label].append(drain(engine, url, port, templates, label, args.n,
+                                           size, shared, args.concurrency))
+        big = [drain(engine, url, port, templates, f"5 MB each, concurrency {c}", args.m,
+                     5 * MB, False, c) for c in (10, args.concurrency)]
+        engine.dispose()
+    print(f"\nN={args.n} per drain, 1 worker process, concurrency {args.concurrency}, "
+          "PostgreSQL, smtp-sink on loopback")
+    print(f"{'':28}{'msg/s':>8}{'vs plain':>10}{'peak RSS MB':>13}   every round (msg/s)")
+    plain = statistics.median(r.rate for r in rounds["plain"])
+    for label, runs in rounds.items():
+        rate = statistics.median(r.rate for r in runs)
+        peak = max(r.peak_mb for r in runs)
+        every = ", ".join(f"{r.rate:.0f}" for r in runs)
+        print(f"{label:28}{rate:8.0f}{rate / plain:9.0%} {peak:12.0f}   {every}")
+    print(f"\nM={args.m} messages with a 5 MB attachment each (distinct contents)")
+    for run in big:
+        print(f"{run.label:28}{run.rate:8.1f} msg/s   peak RSS {run.peak_mb:.0f} MB   "
+              f"wall {run.wall:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
