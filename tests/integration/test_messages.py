@@ -179,3 +179,26 @@ def test_locale_picks_the_most_specific_variant(
     run_until_idle(settings_for(db_url, smtp_server, MAILOUT_TEMPLATES=tmp_path))
     [received] = smtp_server.messages
     assert parsed(received.data)["Subject"] == f"{expected} Ana"
+
+
+def test_suppressed_recipients_of_a_message_to_several_are_left_out(
+    engine: Engine, db_url: str, smtp_server: SmtpTestServer
+) -> None:
+    from mailout.db import events as event_sql
+
+    with engine.begin() as conn:
+        event_sql.suppress(conn, "gone@example.com", "hard_bounce", actor="test")
+        some = enqueue(conn, to="ok@example.com", cc="Gone@Example.com", subject="Hi",
+                       text="x", key="s-1", settings=SETTINGS).id
+        everyone = enqueue(conn, to="gone@example.com", bcc="gone@example.com",
+                           subject="Hi", text="x", key="s-2", settings=SETTINGS).id
+    run_until_idle(settings_for(db_url, smtp_server))
+
+    kept = row(engine, some)
+    assert (kept["status"], kept["reason"]) == ("sent", "partially_refused")
+    assert kept["settled"] == {"ok@example.com": "sent", "Gone@example.com": "suppressed"}
+    assert (row(engine, everyone)["status"], row(engine, everyone)["reason"]) == (
+        "cancelled", "suppressed")
+    [received] = smtp_server.messages
+    assert received.rcpt_tos == ("ok@example.com",)
+    assert b"Cc: Gone@example.com" in received.data  # the headers still name everyone

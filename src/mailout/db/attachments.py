@@ -13,9 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, delete, exists, func, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import dialects
@@ -77,19 +75,10 @@ def store(conn: Connection, per_message: Iterable[tuple[int, Sequence[Stored]]])
     missing = [{"sha256": sha, "size": len(data), "content": data}
                for sha, data in contents.items() if sha not in present]
     if missing:
-        conn.execute(_insert_ignoring_duplicates(conn).values(created_at=db_now()), missing)
+        insert_new = dialects.insert_ignoring_duplicates(conn, attachments, ["sha256"])
+        conn.execute(insert_new.values(created_at=db_now()), missing)
     conn.execute(insert(message_attachments), links)
     return len(missing)
-
-
-def _insert_ignoring_duplicates(conn: Connection) -> Insert:
-    """INSERT that skips a content another transaction stored meanwhile."""
-    name = dialects.name_of(conn)
-    if name == dialects.POSTGRESQL:
-        return postgresql.insert(attachments).on_conflict_do_nothing()
-    if name == dialects.SQLITE:
-        return sqlite.insert(attachments).on_conflict_do_nothing()
-    return insert(attachments).prefix_with("IGNORE")  # MySQL and MariaDB
 
 
 def for_message(conn: Connection, outbox_id: int,
