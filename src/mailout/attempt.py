@@ -303,7 +303,7 @@ def _guarded(msg: ClaimedMessage, ctx: Context, verdict: Verdict) -> Completion:
 async def _verdict(msg: ClaimedMessage, ctx: Context) -> Verdict:
     if ctx.guards is None:
         return Proceed(msg)
-    if ctx.guards.needs_database:
+    if ctx.guards.needs_database_for(msg):
         return await asyncio.to_thread(ctx.guards.verdict, msg, ctx.engine)
     return ctx.guards.verdict(msg, None)
 

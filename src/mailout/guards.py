@@ -87,6 +87,12 @@ class Guards:
     def needs_database(self) -> bool:
         return bool(self.checks or self.resolvers)
 
+    def needs_database_for(self, msg: ClaimedMessage) -> bool:
+        """Whether deciding about ``msg`` reads the database: a registered check or
+        resolver, or the suppression list for a message to several recipients (the
+        claim looked up the first one only)."""
+        return self.needs_database or (self.suppression and msg.several_recipients)
+
     def verdict(self, msg: ClaimedMessage, engine: Engine | None) -> Verdict:
         """Decide about ``msg``. Runs registered callables on a connection of ``engine``."""
         known = self.schemas.get(msg.template or "", 1)
