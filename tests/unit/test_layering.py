@@ -119,6 +119,9 @@ FORBIDDEN = {
                          "mailout.render", "mailout.attempt", "mailout.metrics"},
     "mailout.dsn": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
     "mailout.events": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
+    # The console reads and acts through mailout.db only, and renders with render.py.
+    "mailout.web": {"mailout.worker", "mailout.cli", "mailout.metrics", "mailout.attempt",
+                    "mailout.enqueue", "mailout.config", "mailout.transports.smtp"},
 }
 # Plain records and pure helpers: they import nothing of mailout's.
 LEAVES = ("mailout.models", "mailout.exceptions", "mailout.timeutil")

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mailout.db.admin import AttemptRecord, MessageRecord, StatusReport
+from mailout.db.audit import AuditEntry
 from mailout.db.outages import TransportTrouble
 from mailout.db.recipients import RecipientRecord
 
@@ -157,7 +158,8 @@ def print_list(out: Console, rows: list[MessageRecord]) -> None:
 
 
 def print_message(out: Console, msg: MessageRecord, log: list[AttemptRecord],
-                  each: list[RecipientRecord] | None = None) -> None:
+                  each: list[RecipientRecord] | None = None,
+                  history: list[AuditEntry] | None = None) -> None:
     fields = table("field", "value", title=f"Message {msg.id}")
     for name in _SHOW_FIELDS:
         value = getattr(msg, name)
@@ -167,6 +169,21 @@ def print_message(out: Console, msg: MessageRecord, log: list[AttemptRecord],
     if each:
         out.print(recipients_table(each))
     out.print(timeline(msg, log))
+    if history:
+        out.print(audit_table(history, title="Operator actions"))
+
+
+def audit_table(entries: list[AuditEntry], *, title: str) -> Table:
+    """One row per audit entry: when, who, what, to what, why, and the counts."""
+    out = table("time (UTC)", "who", "action", "target", "why", "changed", title=title,
+                keep=("time (UTC)", "changed"))
+    from rich.text import Text  # plain text: an actor or reason is never markup
+
+    for e in entries:
+        counts = str(e.changed) + (f" ({e.skipped} skipped)" if e.skipped else "")
+        out.add_row(when(e.created_at), Text(e.actor), e.action, Text(e.target),
+                    Text(e.reason or "-"), counts)
+    return out
 
 
 def recipient_state(r: RecipientRecord) -> str:

@@ -20,7 +20,10 @@ import click
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
+from mailout.cli import audit as cli_audit
 from mailout.cli import bounces, common, display, rollout
+from mailout.cli import web as cli_web
+from mailout.cli.audit import REASON_HELP
 from mailout.cli.common import (
     DB_HELP,
     DEFAULT_WINDOW,
@@ -28,7 +31,7 @@ from mailout.cli.common import (
     PURGE_BATCH,
     WINDOW_ENV,
 )
-from mailout.db import admin, migrate
+from mailout.db import actions, admin, audit, migrate
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.logs import configure_logging
 from mailout.models import Status
@@ -275,7 +278,7 @@ def _find(conn: Any, ref: str) -> tuple[admin.MessageRecord, str]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
-    """Show one message and its attempt timeline.
+    """Show one message, its attempt timeline and the operator actions on it.
 
     ID_OR_KEY is a row id or an idempotency key (a Message-ID or provider id works
     too). The message's params and body are never shown. Delivery events linked to
@@ -289,12 +292,13 @@ def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
         log = admin.attempt_log(conn, msg.id)
         each = recipients.recipients(conn, msg.id)
         events = events_for(conn, msg.id)
+        history = audit.for_message(conn, msg.id)
     if as_json:
         click.echo(display.to_json({"message": msg, "attempts": log, "recipients": each,
-                                    "events": events}))
+                                    "events": events, "audit": history}))
         return
     out = display.console()
-    display.print_message(out, msg, log, each)
+    display.print_message(out, msg, log, each, history)
     if events:
         bounces.print_events(out, events, title="Delivery events")
 
@@ -351,10 +355,11 @@ def _report(change: admin.Change, verb: str) -> None:
               help="Requeue every message in this status (after review!).")
 @click.option("--queue", help="With --status: only this queue.")
 @click.option("--template", help="With --status: only this template.")
+@click.option("--reason", help=REASON_HELP)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
-              queue: str | None, template: str | None, yes: bool) -> None:
+              queue: str | None, template: str | None, reason: str | None, yes: bool) -> None:
     """Requeue reviewed failed messages.
 
     Dead, failed, unknown and cancelled rows become pending with 0 attempts, due now;
@@ -366,6 +371,7 @@ def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
     if ids and (queue or template):
         raise click.UsageError("--queue and --template filter --status, not ids")
     engine = common.engine_for(obj)
+    target = None
     if status:
         with engine.connect() as conn:
             ids = tuple(admin.retryable_ids(conn, status, queue=queue, template=template))
@@ -373,22 +379,25 @@ def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
             click.echo(f"no {status} messages match")
             return
         _confirm(f"Requeue {len(ids)} {status} messages?", yes)
+        target = " ".join(f"{k}={v}" for k, v in
+                          (("status", status), ("queue", queue), ("template", template)) if v)
     with engine.begin() as conn:
-        change = admin.requeue(conn, ids)
+        change = actions.retry(conn, ids, actor=cli_audit.actor(), reason=reason, target=target)
     _report(change, "requeued")
 
 
 @cli.command("cancel")
 @click.argument("ids", nargs=-1, type=int, required=True)
+@click.option("--reason", help=REASON_HELP)
 @click.pass_obj
-def cancel_cmd(obj: dict[str, Any], ids: tuple[int, ...]) -> None:
+def cancel_cmd(obj: dict[str, Any], ids: tuple[int, ...], reason: str | None) -> None:
     """Cancel pending messages.
 
     Pending rows become cancelled (reason "operator"); rows in any other status are
     reported and left alone.
     """
     with common.engine_for(obj).begin() as conn:
-        change = admin.cancel(conn, ids)
+        change = actions.cancel(conn, ids, actor=cli_audit.actor(), reason=reason)
     _report(change, "cancelled")
 
 
@@ -407,10 +416,11 @@ def idempotency_window() -> timedelta:
 @click.option("--status", "statuses", default=",".join(common.FINAL_STATUSES), show_default=True,
               help="Comma-separated final statuses to delete.")
 @click.option("--force", is_flag=True, help="Allow a cutoff inside the idempotency window.")
+@click.option("--reason", help=REASON_HELP)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: bool,
-              yes: bool) -> None:
+              reason: str | None, yes: bool) -> None:
     """Delete old finished messages.
 
     Deletes rows in the given final statuses finished before the cutoff (database
@@ -439,6 +449,8 @@ def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: 
         return
     _confirm(f"Delete {n} messages ({', '.join(chosen)}) and their attempts, and the "
              "attachments no message refers to any more?", yes)
+    with engine.begin() as conn:
+        actions.log_purge(conn, older_than, chosen, n, actor=cli_audit.actor(), reason=reason)
     total_m = total_a = 0
     while n:
         with engine.begin() as conn:
@@ -507,7 +519,7 @@ def demo_cmd(directory: Path) -> None:
     demo.run(directory, display.console())
 
 
-for _command in (*rollout.COMMANDS, *bounces.COMMANDS):
+for _command in (*rollout.COMMANDS, *bounces.COMMANDS, cli_audit.audit_cmd, cli_web.web_cmd):
     cli.add_command(_command)
 
 

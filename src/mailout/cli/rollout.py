@@ -7,13 +7,17 @@ from typing import Any
 import click
 
 from mailout.cli import common, display
-from mailout.db import admin, pauses, stats
+from mailout.cli.audit import REASON_HELP, actor
+from mailout.db import actions, stats
+from mailout.db.actions import PauseKind, Resolution
 
 
-def _target(queue: str | None, template: str | None) -> tuple[str, str]:
+def _target(queue: str | None, template: str | None) -> tuple[PauseKind, str]:
     if (queue is None) == (template is None):
         raise click.UsageError("give exactly one of --queue or --template")
-    return ("queue", queue) if queue is not None else ("template", template or "")
+    if queue is not None:
+        return PauseKind.QUEUE, queue
+    return PauseKind.TEMPLATE, template or ""
 
 
 @click.command("pause")
@@ -31,21 +35,23 @@ def pause_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
 
     kind, name = _target(queue, template)
     with common.engine_for(obj).begin() as conn:
-        changed = pauses.set_pause(conn, kind, name, reason)
-    click.echo(f"{kind} {name} {'paused' if changed else 'was already paused'}")
+        changed = actions.pause(conn, kind, name, actor=actor(), reason=reason)
+    click.echo(f"{kind.value} {name} {'paused' if changed else 'was already paused'}")
 
 
 @click.command("resume")
 @click.option("--queue", help="Resume this queue.")
 @click.option("--template", help="Resume this template.")
+@click.option("--reason", help=REASON_HELP)
 @click.pass_obj
-def resume_cmd(obj: dict[str, Any], queue: str | None, template: str | None) -> None:
+def resume_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
+               reason: str | None) -> None:
     """Undo `mailout pause`: workers pick the mail up within seconds."""
 
     kind, name = _target(queue, template)
     with common.engine_for(obj).begin() as conn:
-        changed = pauses.clear_pause(conn, kind, name)
-    click.echo(f"{kind} {name} {'resumed' if changed else 'was not paused'}")
+        changed = actions.resume(conn, kind, name, actor=actor(), reason=reason)
+    click.echo(f"{kind.value} {name} {'resumed' if changed else 'was not paused'}")
 
 
 @click.command("resolve")
@@ -55,9 +61,10 @@ def resume_cmd(obj: dict[str, Any], queue: str | None, template: str | None) -> 
 @click.option("--retry", "as_retry", is_flag=True,
               help="It was not delivered: send again (same Message-ID and key).")
 @click.option("--provider-id", help="With --sent: the provider's message id, for trace.")
+@click.option("--reason", help=REASON_HELP)
 @click.pass_obj
 def resolve_cmd(obj: dict[str, Any], ids: tuple[int, ...], as_sent: bool, as_retry: bool,
-                provider_id: str | None) -> None:
+                provider_id: str | None, reason: str | None) -> None:
     """Settle messages parked in `unknown` after checking with the provider.
 
     Look the Message-ID up in the provider's logs first (`mailout show ID`). Only
@@ -67,12 +74,10 @@ def resolve_cmd(obj: dict[str, Any], ids: tuple[int, ...], as_sent: bool, as_ret
     if as_sent == as_retry:
         raise click.UsageError("give exactly one of --sent or --retry")
     wanted = list(ids)
+    how = Resolution.SENT if as_sent else Resolution.RETRY
     with common.engine_for(obj).begin() as conn:
-        if as_sent:
-            done = admin.mark_sent(conn, wanted, provider_id)
-        else:
-            unknown = admin.unknown_ids(conn, wanted)
-            done = sorted(admin.requeue(conn, unknown).changed)
+        done = actions.resolve(conn, wanted, how, actor=actor(), reason=reason,
+                               provider_id=provider_id).changed
     skipped = [i for i in wanted if i not in done]
     verb = "marked sent" if as_sent else "requeued"
     click.echo(f"{verb} {len(done)}: {' '.join(map(str, done)) or '-'}")

@@ -148,7 +148,8 @@ def _seconds_between(later: datetime | None, earlier: datetime | None) -> float 
     return None if a is None or b is None else max(0.0, (a - b).total_seconds())
 
 
-def _record(m: Mapping[Any, Any]) -> MessageRecord:
+def record_from_row(m: Mapping[Any, Any]) -> MessageRecord:
+    """A :class:`MessageRecord` from a row of :func:`summary_select`."""
     values = {c: m[c] for c in _SUMMARY_COLUMNS if c != "idempotency_key"}
     for name, value in values.items():
         if isinstance(value, datetime):
@@ -156,7 +157,8 @@ def _record(m: Mapping[Any, Any]) -> MessageRecord:
     return MessageRecord(key=m["idempotency_key"], **values)
 
 
-def _summary_select() -> Any:
+def summary_select() -> Any:
+    """SELECT of the operator-visible columns: never params or bodies."""
     return select(*(messages.c[c] for c in _SUMMARY_COLUMNS))
 
 
@@ -252,7 +254,7 @@ def list_messages(
     ``since`` is a moment (naive means UTC) or a span back from the database's now,
     compared with ``created_at``.
     """
-    stmt = _summary_select().order_by(messages.c.id.desc()).limit(limit)
+    stmt = summary_select().order_by(messages.c.id.desc()).limit(limit)
     if statuses:
         stmt = stmt.where(messages.c.status.in_(list(statuses)))
     if queue is not None:
@@ -263,7 +265,7 @@ def list_messages(
         stmt = stmt.where(messages.c.created_at >= _ago(since))
     elif since is not None:
         stmt = stmt.where(messages.c.created_at >= _utc(since))
-    return [_record(r._mapping) for r in conn.execute(stmt)]
+    return [record_from_row(r._mapping) for r in conn.execute(stmt)]
 
 
 def _ago(span: timedelta) -> ColumnElement[Any]:
@@ -288,9 +290,9 @@ def find(conn: Connection, ref: str) -> tuple[MessageRecord, str] | None:
                              messages.c.provider_message_id.in_([ref, bare]))),
     ]
     for how, cond in candidates:
-        row = conn.execute(_summary_select().where(cond).order_by(messages.c.id.desc())).first()
+        row = conn.execute(summary_select().where(cond).order_by(messages.c.id.desc())).first()
         if row is not None:
-            return _record(row._mapping), how
+            return record_from_row(row._mapping), how
     return None
 
 
@@ -362,7 +364,7 @@ def requeue(conn: Connection, ids: Iterable[int]) -> Change:
         )
         changed += conn.scalars(stmt).all()
     _forget_refusals(conn, changed)
-    return Change(sorted(changed), _skipped(conn, wanted, changed))
+    return Change(sorted(changed), skipped_statuses(conn, wanted, changed))
 
 
 def _forget_refusals(conn: Connection, ids: Sequence[int]) -> None:
@@ -392,14 +394,16 @@ def cancel(conn: Connection, ids: Iterable[int]) -> Change:
         .returning(messages.c.id)
     )
     changed = list(conn.scalars(stmt))
-    return Change(sorted(changed), _skipped(conn, wanted, changed))
+    return Change(sorted(changed), skipped_statuses(conn, wanted, changed))
 
 
 def _in_statuses(statuses: Iterable[Status]) -> ColumnElement[bool]:
     return messages.c.status.in_(sorted(s.value for s in statuses))
 
 
-def _skipped(conn: Connection, wanted: list[int], changed: Iterable[int]) -> dict[int, str]:
+def skipped_statuses(conn: Connection, wanted: list[int],
+                     changed: Iterable[int]) -> dict[int, str]:
+    """For the ids of ``wanted`` not in ``changed``: id -> current status or "not found"."""
     rest = sorted(set(wanted) - set(changed))
     rows = conn.execute(select(messages.c.id, messages.c.status).where(messages.c.id.in_(rest)))
     found = {r.id: r.status for r in rows}

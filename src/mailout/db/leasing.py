@@ -228,7 +228,7 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         event_version=m["event_version"],
         schema_version=m["schema_version"],
         suppressed=bool(m.get("suppressed")),
-        **_addresses(m["addresses"]),
+        **stored_addresses(m["addresses"]),
         locale=m["locale"],
         has_attachments=m["attachment_digest"] is not None,
         settled=m["settled"] or {},
@@ -238,7 +238,7 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
 _ADDRESS_FIELDS = ("to", "cc", "bcc", "reply_to")
 
 
-def _addresses(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+def stored_addresses(stored: Mapping[str, Any] | None) -> dict[str, Any]:
     """The ``addresses`` column ({"to": [[name, address], ...], ...}) as mailboxes."""
     if not stored:
         return {}

@@ -152,6 +152,13 @@ messages = Table(
         sqlite_where=_FINISHED,
     ),
     Index("ix_mailout_messages_created", "created_at"),
+    # The console's message list pages by keyset (id below a cursor) within a filter:
+    # these let "the 50 failed rows before id N" stop after 50 index entries, however
+    # deep the page and however rare the status.
+    Index("ix_mailout_messages_status_id", "status", "id"),
+    Index("ix_mailout_messages_queue_id", "queue", "id"),
+    Index("ix_mailout_messages_template_id", "template", "id"),
+    Index("ix_mailout_messages_recipient_id", "recipient", "id"),
 )
 
 attempts = Table(
@@ -305,6 +312,32 @@ webhook_nonces = Table(
     Column("nonce", String(255), primary_key=True),
     Column("seen_at", Timestamp, nullable=False),
     Index("ix_mailout_webhook_nonces_seen", "seen_at"),
+)
+
+# The audit log: one row per operator action (console, CLI or API), who, when, what
+# and why. Kept apart from the messages: purging old mail leaves the log whole.
+audit = Table(
+    "mailout_audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("actor", String(200), nullable=False),  # "alice (cli)", "Bob (web, admin)"
+    Column("action", String(32), nullable=False),  # an audit.AuditAction value
+    Column("target", String(500), nullable=False),  # "messages 4, 7", "queue bulk"...
+    Column("reason", String(500)),
+    Column("changed", Integer, nullable=False),
+    Column("skipped", Integer, nullable=False, server_default="0"),
+)
+
+# Which messages an audit entry changed, so a message's page can show its history.
+# No foreign key to the messages: the entry outlives a purge of the row.
+audit_messages = Table(
+    "mailout_audit_messages",
+    metadata,
+    Column("audit_id", Id, ForeignKey("mailout_audit.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("outbox_id", Id, primary_key=True),
+    Index("ix_mailout_audit_messages_outbox_id", "outbox_id"),
 )
 
 REPLY_TEXT_MAX = 1000

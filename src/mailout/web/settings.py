@@ -1,0 +1,95 @@
+"""Console settings: tokens, session signing, what the read-only role may see, and
+what rendering a message needs (From address, templates, idempotency header).
+
+Every setting has an environment variable; a bad value raises
+:class:`~mailout.exceptions.ConfigError` naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mailout.exceptions import ConfigError
+
+# Names of environment variables, not secrets (hence the noqa).
+TOKEN_ENV = "MAILOUT_WEB_TOKEN"  # noqa: S105
+READONLY_TOKEN_ENV = "MAILOUT_WEB_READONLY_TOKEN"  # noqa: S105
+SECRET_ENV = "MAILOUT_WEB_SECRET"  # noqa: S105
+READONLY_RECIPIENTS_ENV = "MAILOUT_WEB_READONLY_RECIPIENTS"
+SECURE_COOKIE_ENV = "MAILOUT_WEB_SECURE_COOKIE"
+MIN_TOKEN = 16  # characters: a token is the whole of the authentication
+SESSION_SECONDS = 8 * 3600
+# The worker's settings of the same names (see mailout.config), read here without
+# importing the worker's configuration (and with it every transport).
+MAIL_FROM_ENV = "MAIL_FROM"
+TEMPLATES_ENV = "MAILOUT_TEMPLATES"
+IDEMPOTENCY_HEADER_ENV = "MAILOUT_IDEMPOTENCY_HEADER"
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """What the console needs. Build it with :meth:`from_env` or directly.
+
+    With neither token set, only an app built with ``anonymous=True`` (local
+    development on loopback) or with a host ``authenticate`` hook lets anyone in.
+    """
+
+    token: str | None = field(default=None, repr=False)  # the admin role
+    readonly_token: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)  # signs session cookies
+    readonly_sees_recipients: bool = False  # else masked, and no rendered content
+    secure_cookie: bool = False  # mark the session cookie Secure (serve over HTTPS)
+    session_seconds: int = SESSION_SECONDS
+    templates_dir: Path | None = None
+    mail_from: str | None = None  # the From of rendered messages; None: no rendering
+    idempotency_header: str = "Idempotency-Key"
+
+    def __post_init__(self) -> None:
+        for env, value in ((TOKEN_ENV, self.token), (READONLY_TOKEN_ENV, self.readonly_token)):
+            if value is not None and (len(value) < MIN_TOKEN or not value.isprintable()
+                                      or value != value.strip()):
+                raise ConfigError(env, f"must be at least {MIN_TOKEN} printable characters, "
+                                       "without surrounding spaces")
+        if self.token is not None and self.token == self.readonly_token:
+            raise ConfigError(READONLY_TOKEN_ENV, f"must differ from {TOKEN_ENV}")
+
+    @property
+    def has_tokens(self) -> bool:
+        return self.token is not None or self.readonly_token is not None
+
+    def session_key(self) -> str:
+        """The key that signs session cookies: ``MAILOUT_WEB_SECRET``, else one derived
+        from the tokens, so sessions survive a restart and end when a token changes."""
+        if self.secret:
+            return self.secret
+        material = f"mailout web session\0{self.token or ''}\0{self.readonly_token or ''}"
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WebSettings:
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            return env.get(name) or None
+
+        templates = get(TEMPLATES_ENV) or "templates"
+        return cls(
+            token=get(TOKEN_ENV), readonly_token=get(READONLY_TOKEN_ENV), secret=get(SECRET_ENV),
+            readonly_sees_recipients=_choice(env, READONLY_RECIPIENTS_ENV, "masked", "full"),
+            secure_cookie=_choice(env, SECURE_COOKIE_ENV, "false", "true"),
+            templates_dir=Path(templates),
+            mail_from=get(MAIL_FROM_ENV),
+            idempotency_header=get(IDEMPOTENCY_HEADER_ENV) or "Idempotency-Key",
+        )
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, other: str) -> bool:
+    """True when ``name`` is ``other``; ``default`` or unset is False; else ConfigError."""
+    value = (env.get(name) or default).strip().lower()
+    if value not in (default, other):
+        raise ConfigError(name, f"must be {default} or {other}, got {value!r}")
+    return value == other
