@@ -331,3 +331,25 @@ def test_bulk_action_over_a_filter_changes_what_was_confirmed_only(
     assert "Retry: changed 3" in flash
     log = client.get("/audit").text
     assert f"status=dead queue=bulk (ids up to {upto.group(1)})" in log
+
+
+def test_message_page_lists_its_delivery_events_escaped_and_masked(
+    console: ConsoleServer, engine: Engine, failed_id: int,
+) -> None:
+    from datetime import UTC, datetime
+
+    from mailout.db.events import Link, store_event
+    from mailout.events import Event, EventType, Provider
+
+    with engine.begin() as conn:
+        store_event(conn, Event(Provider.POSTMARK, "ev-1", EventType.BOUNCED, "dana@example.com",
+                                datetime(2024, 5, 1, tzinfo=UTC), subtype="hard",
+                                diagnostic="5.1.1 <dana@example.com> <script>x</script>"),
+                    Link(failed_id, "provider_id", "dana@example.com"))
+    admin_page = httpx.get(f"{console.url}/messages/{failed_id}", headers=ADMIN).text
+    assert 'class="event row-bounced"' in admin_page
+    assert "&lt;script&gt;x&lt;/script&gt;" in admin_page
+    assert "<script>" not in admin_page
+    readonly_page = httpx.get(f"{console.url}/messages/{failed_id}", headers=READONLY).text
+    assert "d***@example.com" in readonly_page
+    assert "dana@example.com" not in readonly_page

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mailout.db import admin, audit, browse, pauses, series
+from mailout.db.events import events_for
 from mailout.models import Status
 from mailout.templates import template_exists
 from mailout.web import filters, mailview
@@ -70,10 +71,12 @@ def message(c: Console, request: Request, me: Identity, _form: FormData | None) 
         msg, _how = found
         attempts = admin.attempt_log(conn, rid)
         history = audit.for_message(conn, rid)
+        events = events_for(conn, rid)
         content = browse.renderable(conn, rid) if me.sees_personal else None
     view = mailview.render(c.renderer, content) if content is not None else None
     return c.page(request, me, "message.html", msg=msg, attempts=attempts, history=history,
-                  view=view, remote=request.query_params.get("remote") == "1", nav="messages")
+                  events=events, view=view, remote=request.query_params.get("remote") == "1",
+                  nav="messages")
 
 
 def _render_stored(c: Console, me: Identity, rid: int) -> mailview.MailView | None:
