@@ -353,3 +353,23 @@ def test_message_page_lists_its_delivery_events_escaped_and_masked(
     readonly_page = httpx.get(f"{console.url}/messages/{failed_id}", headers=READONLY).text
     assert "d***@example.com" in readonly_page
     assert "dana@example.com" not in readonly_page
+
+
+def test_overview_shows_an_outage_from_the_attempt_log(
+    console: ConsoleServer, engine: Engine, failed_id: int,
+) -> None:
+    from sqlalchemy import insert
+
+    from mailout.db.schema import attempts, db_now
+
+    calm = httpx.get(console.url + "/", headers=ADMIN).text
+    assert 'class="ok" id="transport-state"' in calm
+    with engine.begin() as conn:
+        conn.execute(insert(attempts).values(
+            outbox_id=failed_id, attempt=1, outcome="outage", stage="connect", charged=False,
+            detail="connection refused <b>", started_at=db_now(), finished_at=db_now()))
+    page = httpx.get(console.url + "/", headers=ADMIN).text
+    state = re.search(r'id="transport-state">(.*?)</p>', page, re.S)
+    assert state is not None
+    assert state.group(1).startswith("Outage")
+    assert "connection refused &lt;b&gt;" in state.group(1)

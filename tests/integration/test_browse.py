@@ -151,7 +151,7 @@ def test_renderable_returns_content_for_rendering(engine: Engine) -> None:
     assert msg.key == "r-1"
 
 
-def test_activity_counts_outcomes_per_bucket_and_transport_state(engine: Engine) -> None:
+def test_activity_counts_outcomes_per_bucket(engine: Engine) -> None:
     (rid,) = fill(engine, 1)
     with engine.begin() as conn:
         def log(outcome: str, minutes_ago: float, **kw: object) -> None:
@@ -165,11 +165,9 @@ def test_activity_counts_outcomes_per_bucket_and_transport_state(engine: Engine)
         log("retry", 7)
         log("failed", 50)
         log("dead", 90)  # outside the hour, inside the day
-        log("paused", 0.5, reply_code=535, reply_text="5.7.8 bad credentials")
         hour = series.activity(conn, ["sent", "retry", "failed", "dead"],
                                span=timedelta(hours=1), buckets=12)
         day = series.activity(conn, ["sent", "dead"], span=timedelta(days=1), buckets=24)
-        state = series.transport_state(conn)
         now = conn.execute(db_now().select()).scalar_one()
     assert hour.counts["sent"][-1] == 3  # the newest 5-minute bucket
     assert hour.counts["retry"][-2] == 1
@@ -177,14 +175,4 @@ def test_activity_counts_outcomes_per_bucket_and_transport_state(engine: Engine)
     assert hour.total("dead") == 0
     assert day.total("dead") == 1
     assert day.total("sent") == 3
-    assert state.troubled
-    assert state.last_trouble_outcome == "paused"
-    assert state.last_trouble_detail == "535 5.7.8 bad credentials"
-    assert state.last_sent_at is not None
-    assert state.last_trouble_at is not None
     assert now is not None
-    with engine.begin() as conn:
-        at = db_now()
-        conn.execute(insert(attempts).values(outbox_id=rid, attempt=2, outcome="sent",
-                                             started_at=at, finished_at=at))
-        assert not series.transport_state(conn).troubled

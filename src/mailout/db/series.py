@@ -1,7 +1,7 @@
-"""Recent activity from the attempt log: outcome counts per time bucket, and what
-the last attempts say about the transport.
+"""Recent activity from the attempt log: outcome counts per time bucket. (What the
+last attempts say about the transport is :mod:`mailout.db.outages`.)
 
-Both read ranges of the ``(outcome, finished_at)`` index, so their cost follows
+It reads ranges of the ``(outcome, finished_at)`` index, so their cost follows
 the attempts in the window, not the size of the log. Buckets are computed on the
 database (epoch seconds, integer division) and windows end at the database's now.
 """
@@ -19,14 +19,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from mailout.db.schema import attempts, db_now
-from mailout.models import Outcome
 from mailout.timeutil import aware
-
-# Outcomes that say the transport itself is in trouble rather than one message:
-# "paused" today; an outage outcome, when workers record one, belongs here too.
-TRANSPORT_TROUBLE: tuple[str, ...] = tuple(
-    o.value for o in Outcome if o.value in ("paused", "outage")
-)
 
 
 class epoch_seconds(FunctionElement[Any]):
@@ -114,40 +107,3 @@ def activity(conn: Connection, outcomes: Sequence[str], *, span: timedelta,
     for outcome, b, n in conn.execute(stmt):
         counts[outcome][min(max(int(b), 0), buckets - 1)] += n
     return Activity(now=now, span=span, buckets=buckets, counts=counts)
-
-
-@dataclass(frozen=True, slots=True)
-class TransportState:
-    """What the newest attempts say about the transport (SMTP server or provider).
-
-    ``troubled`` is True when the newest attempt that paused (or met an outage) is
-    newer than the newest send: workers are backing off the transport right now.
-    The workers' own view (``/readyz``, the paused gauge) is authoritative; this is
-    what the database can tell without asking them.
-    """
-
-    last_sent_at: datetime | None
-    last_trouble_at: datetime | None
-    last_trouble_outcome: str | None
-    last_trouble_detail: str | None  # reply code and text, or the worker's detail
-    troubled: bool
-
-
-def transport_state(conn: Connection) -> TransportState:
-    last_sent = aware(conn.execute(
-        select(func.max(attempts.c.finished_at)).where(attempts.c.outcome == Outcome.SENT.value)
-    ).scalar_one())
-    trouble = conn.execute(
-        select(attempts.c.outcome, attempts.c.finished_at, attempts.c.reply_code,
-               attempts.c.reply_text, attempts.c.detail)
-        .where(attempts.c.outcome.in_(list(TRANSPORT_TROUBLE)))
-        .order_by(attempts.c.finished_at.desc())
-        .limit(1)
-    ).first()
-    if trouble is None:
-        return TransportState(last_sent, None, None, None, False)
-    at = aware(trouble.finished_at)
-    reply = " ".join(str(x) for x in (trouble.reply_code, trouble.reply_text) if x is not None)
-    detail = "; ".join(x for x in (reply, trouble.detail) if x) or None
-    troubled = at is not None and (last_sent is None or at > last_sent)
-    return TransportState(last_sent, at, trouble.outcome, detail, troubled)

@@ -15,7 +15,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mailout.db import admin, audit, browse, pauses, series
+from mailout.db import admin, audit, browse, outages, pauses, series
 from mailout.db.events import events_for
 from mailout.models import Status
 from mailout.templates import template_exists
@@ -34,10 +34,10 @@ def overview(c: Console, request: Request, me: Identity, _form: FormData | None)
         switches = pauses.list_pauses(conn)
         hour = series.activity(conn, CHART_OUTCOMES, span=timedelta(hours=1), buckets=12)
         day = series.activity(conn, CHART_OUTCOMES, span=timedelta(days=1), buckets=24)
-        transport = series.transport_state(conn)
+        trouble = outages.transport_trouble(conn)
     return c.page(request, me, "overview.html", report=report, pauses=switches,
                   charts=[("Last hour", "5-minute steps", hour), ("Last 24 hours", "hourly", day)],
-                  outcomes=CHART_OUTCOMES, transport=transport, nav="overview")
+                  outcomes=CHART_OUTCOMES, trouble=trouble, nav="overview")
 
 
 def _cursor(request: Request, key: str) -> int | None:
