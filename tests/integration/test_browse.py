@@ -163,7 +163,7 @@ def test_activity_counts_outcomes_per_bucket(engine: Engine) -> None:
         for ago in (1, 2, 3):
             log("sent", ago)
         log("retry", 7)
-        log("failed", 50)
+        log("failed", 52)
         log("dead", 90)  # outside the hour, inside the day
         hour = series.activity(conn, ["sent", "retry", "failed", "dead"],
                                span=timedelta(hours=1), buckets=12)
@@ -171,7 +171,7 @@ def test_activity_counts_outcomes_per_bucket(engine: Engine) -> None:
         now = conn.execute(db_now().select()).scalar_one()
     assert hour.counts["sent"][-1] == 3  # the newest 5-minute bucket
     assert hour.counts["retry"][-2] == 1
-    assert hour.counts["failed"][1] == 1  # 50 minutes ago: the second bucket
+    assert hour.counts["failed"][1] == 1  # 52 minutes ago: the second bucket (8-10 min in)
     assert hour.total("dead") == 0
     assert day.total("dead") == 1
     assert day.total("sent") == 3
