@@ -45,6 +45,8 @@ def recipients(to: object, cc: object, bcc: object, reply_to: object, *,
 def headers(given: object, *, reply_to: bool, unsubscribe: object) -> dict[str, str] | None:
     """Extra headers, with List-Unsubscribe from ``unsubscribe``; ``reply_to``: the
     message has a reply_to argument, so no Reply-To header may come too."""
+    if given is None and unsubscribe is None:
+        return None  # the common case
     headers = None if given is None else validate.headers(given)
     lowered = {name.lower() for name in headers or {}}
     if reply_to and "reply-to" in lowered:

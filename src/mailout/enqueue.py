@@ -190,8 +190,9 @@ def _validated_row(
         "schema_version": None,
         "locale": None if msg.locale is None else validate.locale(msg.locale),
     }
-    parts = compose.attachments(msg.attachments, max_bytes=settings.max_attachment_bytes)
-    row["attachment_digest"] = stored_attachments.list_digest(parts)
+    parts = [] if isinstance(msg.attachments, tuple | list) and not msg.attachments else \
+        compose.attachments(msg.attachments, max_bytes=settings.max_attachment_bytes)
+    row["attachment_digest"] = stored_attachments.list_digest(parts) if parts else None
     row["attachments"] = parts  # not a column: linked after the insert
     if msg.template is not None:
         checked = None if templates is None else templates.get((msg.template, row["locale"]))
@@ -285,7 +286,8 @@ def enqueue_many(
             if differing:
                 raise IdempotencyConflict(row["idempotency_key"], hit.id, differing)
         results.append(EnqueueResult(hit.id, row["idempotency_key"], hit.message_id, created))
-    stored_attachments.store(connection, linked)
+    if linked:
+        stored_attachments.store(connection, linked)
     return results
 
 
