@@ -202,3 +202,30 @@ def test_suppressed_recipients_of_a_message_to_several_are_left_out(
     [received] = smtp_server.messages
     assert received.rcpt_tos == ("ok@example.com",)
     assert b"Cc: Gone@example.com" in received.data  # the headers still name everyone
+
+
+def test_recipient_limit_and_conflicting_arguments_write_nothing(engine: Engine) -> None:
+    from mailout import InvalidMessage
+
+    few = EnqueueSettings(message_id_domain="test.example.com", max_recipients=3)
+    with engine.begin() as conn:
+        with pytest.raises(InvalidMessage) as many:
+            enqueue(conn, to=["a@example.com", "b@example.com"], cc="c@example.com",
+                    bcc="d@example.com", subject="x", text="x", settings=few)
+        with pytest.raises(InvalidMessage) as twice:
+            enqueue(conn, to="a@example.com", reply_to="r@example.com",
+                    headers={"Reply-To": "s@example.com"}, subject="x", text="x",
+                    settings=few)
+        # The same address in to and bcc counts once.
+        ok = enqueue(conn, to=["a@example.com", "b@example.com"], cc="c@example.com",
+                     bcc="a@Example.com", subject="x", text="x", settings=few).id
+    assert many.value.field == "to"
+    assert "4 recipients" in many.value.reason
+    assert "MAILOUT_MAX_RECIPIENTS" in many.value.reason
+    assert twice.value.field == "reply_to"
+    stored = row(engine, ok)
+    assert stored["recipient"] == "a@example.com"
+    assert stored["addresses"] == {"to": [["", "a@example.com"], ["", "b@example.com"]],
+                                   "cc": [["", "c@example.com"]], "bcc": [["", "a@example.com"]]}
+    with engine.connect() as conn:
+        assert conn.execute(select(messages.c.id)).scalars().all() == [ok]

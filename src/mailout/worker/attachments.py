@@ -16,13 +16,19 @@ from mailout.db import attachments
 from mailout.models import Attachment
 
 CACHE_BYTES = 32 * 1024 * 1024
+CACHE_ITEM_BYTES = 1024 * 1024  # shared files (terms, logos) are small; large ones pass through
+# Reading a content costs a transient of about three times its size (the driver's hex
+# text and the bytes): at most this many reads at once, whatever the concurrency.
+CONCURRENT_READS = 2
 
 
 class AttachmentLoader:
     """``loader(outbox_id)`` -> the message's attachments, in order. Thread-safe.
 
-    Contents are cached by digest, least recently used first out, up to
-    ``cache_bytes``; a content larger than a quarter of the budget is not cached.
+    Contents of at most ``CACHE_ITEM_BYTES`` are cached by digest, least recently
+    used first out, up to ``cache_bytes``; larger ones are read for each message.
+    At most ``CONCURRENT_READS`` messages read at once, which bounds the memory that
+    reading large attachments takes.
     """
 
     def __init__(self, engine: Engine, cache_bytes: int = CACHE_BYTES) -> None:
@@ -31,11 +37,12 @@ class AttachmentLoader:
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
+        self._reads = threading.BoundedSemaphore(CONCURRENT_READS)
 
     def __call__(self, outbox_id: int) -> tuple[Attachment, ...]:
         with self._lock:
             known = dict(self._cache)
-        with self._engine.connect() as conn:
+        with self._reads, self._engine.connect() as conn:
             items = attachments.for_message(conn, outbox_id, known)
         with self._lock:
             for item in items:
@@ -46,7 +53,7 @@ class AttachmentLoader:
         if sha in self._cache:
             self._cache.move_to_end(sha)
             return
-        if len(content) > self._budget // 4:
+        if len(content) > min(CACHE_ITEM_BYTES, self._budget):
             return
         self._cache[sha] = content
         self._size += len(content)
