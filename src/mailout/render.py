@@ -65,7 +65,9 @@ class Renderer:
 
     ``mail_from`` is the default From (``addr`` or ``Name <addr>``), used when a
     message has no sender. Raises ValueError for a bad ``mail_from`` or
-    ``idempotency_header``. ``clock`` returns "now" for the Date header (tests).
+    ``idempotency_header`` (None: send the key in no header, for a transport that
+    carries it natively or a relay that reads none). ``clock`` returns "now" for
+    the Date header (tests).
     ``return_path`` (``MAILOUT_RETURN_PATH``, e.g. ``bounces+{id}@shop.example``) makes
     the envelope sender carry the row id, so bounce mail names its row; ConfigError
     for a template without one ``{id}``.
@@ -78,11 +80,13 @@ class Renderer:
         templates_dir: Path | None,
         *,
         mail_from: str,
-        idempotency_header: str = "Idempotency-Key",
+        idempotency_header: str | None = "Idempotency-Key",
         clock: Callable[[], datetime] | None = None,
         return_path: str | None = None,
     ) -> None:
-        if not _HEADER_NAME_RE.fullmatch(idempotency_header) or _is_own(idempotency_header):
+        if idempotency_header is not None and (
+                not _HEADER_NAME_RE.fullmatch(idempotency_header)
+                or _is_own(idempotency_header)):
             raise ValueError(f"bad idempotency header name {idempotency_header!r}")
         self._from = parse_mailbox("From", mail_from)
         self._from_header = mime.address("From", [self._from])
@@ -215,14 +219,15 @@ class Renderer:
             headers += [
                 mime.unstructured("Subject", subject),
                 "MIME-Version: 1.0\r\n",
-                mime.unstructured(self._idempotency_header, msg.key),
             ]
+            if self._idempotency_header is not None:
+                headers.append(mime.unstructured(self._idempotency_header, msg.key))
             seen: set[str] = {"reply-to"} if reply_to else set()
             for name, value in extras.items():
                 if not _HEADER_NAME_RE.fullmatch(name) or BAD_HEADER_CHARS.search(value):
                     raise ValueError(f"extra header {name!r} is malformed")
                 lowered = name.lower()
-                if _is_own(name) or lowered == self._idempotency_header.lower():
+                if _is_own(name) or lowered == (self._idempotency_header or "").lower():
                     raise ValueError(f"extra header {name!r} may not override the renderer's")
                 if lowered in seen and lowered in _ONCE:
                     raise ValueError(f"extra header {name!r} is given twice")

@@ -9,17 +9,28 @@ harness here and join the suite.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import quote
 
+from mailout.transports import url as transport_url
 from mailout.transports.base import Decision, SendResult, Transport
+from mailout.transports.brevo import key_uuid
 from mailout.transports.memory import MemoryTransport
 from mailout.transports.smtp.client import SmtpTransport
 from mailout.transports.smtp.outcome import Stage
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 from tests.support.fixtures import smtp_settings_for
+from tests.support.providers.brevo import FakeBrevo
+from tests.support.providers.mailgun import FakeMailgun
+from tests.support.providers.postmark import FakePostmark
+from tests.support.providers.resend import FakeResend
+from tests.support.providers.sendgrid import FakeSendGrid
+from tests.support.providers.server import FakeProvider
+from tests.support.providers.ses import FakeSes
 from tests.support.smtpserver import SmtpTestServer
 
 
@@ -30,11 +41,15 @@ class Delivered:
     message_id: str
     recipients: tuple[str, ...]
     wire: bytes | None  # the RFC 5322 message, where the provider sees one
+    headers: Mapping[str, str] = field(default_factory=dict)  # custom headers, HTTP APIs
+    key: str | None = None  # the idempotency key in the provider's own field, if any
 
 
 class Harness(Protocol):
     name: str
     transport: Transport
+    native_key: Callable[[str], str | None]  # mailout's key -> what the provider receives
+    carries_message_id: bool  # False where the provider sets its own Message-ID
 
     def refuse(self, address: str) -> None:
         """Refuse mail to ``address`` for good (a 5yz, an invalid recipient)."""
@@ -55,8 +70,14 @@ class Harness(Protocol):
         """A transport to a provider that cannot be reached at all."""
 
 
+def _no_key(key: str) -> str | None:
+    return None
+
+
 class MemoryHarness:
     name = "memory"
+    native_key = staticmethod(_no_key)
+    carries_message_id = True
 
     def __init__(self) -> None:
         self.transport: MemoryTransport = MemoryTransport()
@@ -87,6 +108,8 @@ class MemoryHarness:
 
 class SmtpHarness:
     name = "smtp"
+    native_key = staticmethod(_no_key)
+    carries_message_id = True
 
     def __init__(self, server: SmtpTestServer, settings: SmtpSettings) -> None:
         self.server = server
@@ -115,11 +138,84 @@ class SmtpHarness:
         return SmtpTransport(SmtpSettings("127.0.0.1", port, tls=TlsMode.NONE, timeout=3.0))
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (bound and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def provider_url(name: str, secret: str, endpoint: str, **query: str) -> str:
+    """The ``MAILOUT_TRANSPORT`` URL of an HTTP provider at ``endpoint``."""
+    params = "".join(f"&{k}={v}" for k, v in query.items())
+    secret = quote(secret, safe="")  # as a user must write a secret holding / or +
+    netloc = {"mailgun": f"{secret}@mg.example.com",
+              "ses": f"AKIDEXAMPLE:{secret}@us-east-1"}.get(name, secret)
+    return f"{name}://{netloc}?endpoint={endpoint}{params}"
+
+
+def build(url: str) -> Transport:
+    return transport_url.parse(url, {}, concurrency=4).build(4)
+
+
+class HttpHarness:
+    """A real HTTP transport against a local fake of its provider."""
+
+    def __init__(self, fake: FakeProvider, native_key: Callable[[str], str | None],
+                 carries_message_id: bool) -> None:
+        self.fake = fake
+        self.name = fake.name
+        self.native_key = native_key
+        self.carries_message_id = carries_message_id
+        self.transport = build(provider_url(fake.name, fake.secret, fake.url, timeout="3"))
+
+    def refuse(self, address: str) -> None:
+        self.fake.refuse(address)
+
+    def defer(self, address: str) -> None:
+        self.fake.defer(address)
+
+    def lose_reply(self, address: str) -> None:
+        self.fake.lose(address)
+
+    def delivered(self) -> list[Delivered]:
+        return [Delivered(d.message_id or "", d.recipients, None, d.headers, d.key)
+                for d in self.fake.delivered]
+
+    def misconfigured(self) -> Transport:
+        return build(provider_url(self.name, "wrong-" + self.fake.secret, self.fake.url))
+
+    def unreachable(self) -> Transport:
+        return build(provider_url(self.name, self.fake.secret,
+                                  f"http://127.0.0.1:{free_port()}", timeout="3"))
+
+
+def _same(key: str) -> str | None:
+    return key
+
+
+# name -> (the fake, what the provider receives as the key, whether it keeps our Message-ID)
+FAKES: dict[str, tuple[Callable[[], FakeProvider], Callable[[str], str | None], bool]] = {
+    "resend": (FakeResend, _same, True),
+    "postmark": (FakePostmark, _no_key, True),
+    "brevo": (FakeBrevo, key_uuid, False),
+    "sendgrid": (FakeSendGrid, _no_key, False),
+    "mailgun": (FakeMailgun, _no_key, True),
+    "ses": (FakeSes, _no_key, True),
+}
+
+
 @contextmanager
 def harness(name: str, auth_server: SmtpTestServer | None = None) -> Iterator[Harness]:
     """The harness called ``name``; SMTP ones run against ``auth_server``."""
     if name == "memory":
         yield MemoryHarness()
+        return
+    if name in FAKES:
+        make, native_key, carries = FAKES[name]
+        with make() as fake:
+            yield HttpHarness(fake, native_key, carries)
+            assert fake.violations == [], fake.violations
         return
     assert auth_server is not None
     yield SmtpHarness(auth_server, smtp_settings_for(auth_server))

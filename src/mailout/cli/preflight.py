@@ -47,6 +47,9 @@ def check_transport(spec: TransportSpec) -> Verdict:
     nothing. A transport that cannot even be built (an unreadable CA file...) fails."""
     try:
         transport = spec.build(1)
+    except ImportError as exc:
+        return False, (f"{spec.name} transport {spec.shown}: a library is missing ({exc.name});"
+                       " install mailout[http] (or mailout[ses] for ses://)")
     except (OSError, ValueError) as exc:
         return False, f"{spec.name} transport {spec.shown}: cannot be set up: {exc}"
 

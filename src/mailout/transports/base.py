@@ -70,6 +70,7 @@ class SendResult:
     detail: str | None = None  # a non-reply failure described, never a secret
     retry_after: float | None = None  # seconds the provider asked us to wait
     recipients: tuple[RecipientResult, ...] = ()
+    transport: str | None = None  # which transport answered, when one stands for several
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,15 @@ class Transport(Protocol):
     """Something that hands envelopes to a provider.
 
     ``name`` names the transport in the attempt log and in metrics (``smtp``,
-    ``memory``, ``resend``...).
+    ``memory``, ``resend``...). ``dedupe_window`` is how long, in seconds, the
+    provider drops a second message carrying the same idempotency key (Resend: a
+    day), or None when it documents no such deduplication: the worker resends a
+    message whose earlier attempt is unknown without asking ``MAILOUT_ON_UNKNOWN``
+    only inside that window.
     """
 
     name: str
+    dedupe_window: float | None
 
     async def send(self, envelope: Envelope) -> SendResult:
         """Send one message. Reports delivery problems in the result, never raises them."""

@@ -28,7 +28,10 @@ class MemoryTransport:
 
     name = "memory"
 
-    def __init__(self, *, delay: float = 0.0) -> None:
+    def __init__(self, *, delay: float = 0.0, dedupe_window: float | None = None,
+                 name: str = "memory") -> None:
+        self.name = name
+        self.dedupe_window = dedupe_window  # a test can play a deduplicating provider
         self.outbox: list[Envelope] = []
         self.attempts: list[tuple[Envelope, SendResult]] = []
         self._script: deque[SendResult] = deque()

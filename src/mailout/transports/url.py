@@ -1,11 +1,18 @@
 """Choose a transport by URL: ``MAILOUT_TRANSPORT``.
 
-=============================================  ==========================================
-``smtp://user:pass@host:587``                  SMTP, STARTTLS required (see ``smtp.settings``)
-``smtps://user:pass@host:465``                 SMTP over implicit TLS
-``memory://``                                  keep messages in memory (tests)
-unset                                          SMTP from the ``SMTP_*`` variables
-=============================================  ==========================================
+===============================================  ========================================
+``smtp://user:pass@host:587``                    SMTP, STARTTLS required (``smtp.settings``)
+``smtps://user:pass@host:465``                   SMTP over implicit TLS
+``smtp+resend://resend:KEY@smtp.resend.com``     a provider's SMTP relay: sets the key
+                                                 header it honours (``presets``)
+``resend://KEY``, ``postmark://TOKEN``,          a provider's HTTP API (``providers``);
+``sendgrid://KEY``, ``brevo://KEY``,             ``?endpoint=`` points it elsewhere,
+``mailgun://KEY@DOMAIN``,                        ``?timeout=`` bounds one request
+``ses://ACCESS:SECRET@REGION``
+``failover(A, B)``, ``roundrobin(A, B)``         several transports (``multi``)
+``memory://``                                    keep messages in memory (tests)
+unset                                            SMTP from the ``SMTP_*`` variables
+===============================================  ========================================
 
 :func:`parse` validates the URL at startup (ConfigError naming ``MAILOUT_TRANSPORT``)
 and returns a :class:`TransportSpec` that builds one transport per lane, so each lane
@@ -21,36 +28,55 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from mailout.exceptions import ConfigError
+from mailout.transports import presets, providers
 from mailout.transports.base import Transport
 from mailout.transports.smtp import settings as smtp_settings
 
 SETTING: Final = "MAILOUT_TRANSPORT"
 MEMORY_TIMEOUT: Final = 1.0  # a memory send takes no time; any lease is long enough
+KEEP_HEADER: Final = "keep"  # TransportSpec.key_header: use MAILOUT_IDEMPOTENCY_HEADER
 
 
 @dataclass(frozen=True)
 class TransportSpec:
     """A transport chosen by URL: its name, its longest send, and how to build one."""
 
-    name: str  # "smtp", "memory"...
+    name: str  # "smtp", "memory", "resend", "failover"...
     shown: str  # for logs and ``mailout check``: the URL without its secrets
     timeout: float  # the longest one send may take; the lease must be longer
     timeout_setting: str  # the setting that sets ``timeout``, for error messages
     build: Callable[[int], Transport] = field(repr=False)  # concurrency -> a transport
+    # The mail header that carries the idempotency key: KEEP_HEADER for the
+    # MAILOUT_IDEMPOTENCY_HEADER setting (plain SMTP, memory), a provider's own header
+    # (smtp+resend: Resend-Idempotency-Key), or None to send none (a relay that
+    # documents no such header, an HTTP API that takes the key natively).
+    key_header: str | None = KEEP_HEADER
+    members: tuple[TransportSpec, ...] = ()  # for failover() and roundrobin()
 
 
 def parse(url: str | None, env: Mapping[str, str], *, concurrency: int) -> TransportSpec:
     """The transport ``url`` names (the ``SMTP_*`` variables when it is empty)."""
     if not url:
         return _smtp(smtp_settings.from_env(env, pool_size=concurrency), explicit_pool=env)
+    url = url.strip()
+    head = url.split("(", 1)[0].strip().lower()
+    if "(" in url and head in ("failover", "roundrobin"):
+        from mailout.transports import multi
+
+        return multi.parse_spec(url, head, lambda u: parse(u, env, concurrency=concurrency))
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("smtp", "smtps"):
         parsed = smtp_settings.from_url(url, env, pool_size=concurrency, setting=SETTING)
         return _smtp(parsed, explicit_pool=env, from_url=url)
+    if scheme.startswith(("smtp+", "smtps+")):
+        return _preset(url, scheme, env, concurrency)
+    if scheme in providers.SCHEMES:
+        return _http(providers.parse(url, scheme, SETTING))
     if scheme == "memory":
         return TransportSpec("memory", "memory://", MEMORY_TIMEOUT, SETTING, _memory)
-    raise ConfigError(SETTING, f"has an unknown scheme {scheme or url!r}: use smtp://, "
-                               "smtps:// or memory://")
+    raise ConfigError(SETTING, f"has an unknown scheme {scheme or '(none)'!r}: use smtp://, "
+                               f"smtps://, smtp+PROVIDER://, {', '.join(providers.SCHEMES)}, "
+                               "failover(...), roundrobin(...) or memory://")
 
 
 def _smtp(settings: smtp_settings.SmtpSettings, *, explicit_pool: Mapping[str, str],
@@ -67,9 +93,41 @@ def _smtp(settings: smtp_settings.SmtpSettings, *, explicit_pool: Mapping[str, s
         return SmtpTransport(replace(settings, pool_size=pool))
 
     scheme = "smtps" if settings.tls is smtp_settings.TlsMode.IMPLICIT else "smtp"
+    if settings.preset:
+        scheme = settings.preset
     user = f"{settings.username}@" if settings.username else ""
     shown = f"{scheme}://{user}{settings.host}:{settings.port}"
-    return TransportSpec("smtp", shown, settings.timeout, "SMTP_TIMEOUT", build)
+    return TransportSpec(settings.preset or "smtp", shown, settings.timeout, "SMTP_TIMEOUT",
+                         build)
+
+
+def _preset(url: str, scheme: str, env: Mapping[str, str], concurrency: int) -> TransportSpec:
+    base, _, provider = scheme.partition("+")
+    preset = presets.RELAYS.get(provider)
+    if preset is None:
+        raise ConfigError(SETTING, f"has an unknown relay preset {scheme!r}: use one of "
+                                   f"{', '.join('smtp+' + p for p in presets.RELAYS)}")
+    plain = base + url[len(scheme):]
+    if preset.host and urlsplit(plain).hostname is None:
+        # No host given: the provider's documented relay.
+        parts = urlsplit(plain)
+        plain = f"{base}://{parts.netloc}{preset.host}{parts.path}" + (
+            f"?{parts.query}" if parts.query else "")
+    parsed = smtp_settings.from_url(plain, env, pool_size=concurrency, setting=SETTING)
+    parsed = replace(parsed, preset=f"smtp+{provider}", dedupe_window=preset.dedupe_window)
+    spec = _smtp(parsed, explicit_pool=env, from_url=plain)
+    return replace(spec, key_header=preset.key_header)
+
+
+def _http(parsed: providers.Parsed) -> TransportSpec:
+    def build(concurrency: int) -> Transport:
+        from mailout.transports.http import HttpTransport  # httpx only when sending
+
+        return HttpTransport(parsed.provider(), parsed.endpoint, timeout=parsed.timeout,
+                             concurrency=concurrency, shown=parsed.shown)
+
+    return TransportSpec(parsed.name, parsed.shown, parsed.timeout, f"{SETTING} ?timeout=",
+                         build, key_header=None)
 
 
 def _memory(concurrency: int) -> Transport:

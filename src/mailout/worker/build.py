@@ -18,6 +18,7 @@ from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.render import Renderer
 from mailout.templates import known_schemas
 from mailout.transports.base import Transport
+from mailout.transports.url import KEEP_HEADER
 from mailout.worker.attachments import AttachmentLoader
 from mailout.worker.options import Options
 from mailout.worker.runtime import Worker, make_rng, worker_name
@@ -48,9 +49,13 @@ def build_worker(
     assert settings.mail_from is not None  # config.load refuses a missing MAIL_FROM
     policies = settings.policies()
     name = worker_name()
+    # The key header: the relay preset's own, none for an HTTP API (the key travels in
+    # its own field), else MAILOUT_IDEMPOTENCY_HEADER (informational over plain SMTP).
+    key_header = settings.transport.key_header
     renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
                         return_path=settings.return_path,
-                        idempotency_header=settings.idempotency_header)
+                        idempotency_header=settings.idempotency_header
+                        if key_header == KEEP_HEADER else key_header)
     lanes = settings.lane_list(queues)
     guards = _guards(settings)
 

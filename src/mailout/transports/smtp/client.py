@@ -107,6 +107,9 @@ class SmtpTransport:
 
     def __init__(self, settings: SmtpSettings) -> None:
         self._settings = settings
+        # A relay preset (smtp+resend://) names the provider and its key window.
+        self.name = settings.preset or "smtp"
+        self.dedupe_window: float | None = settings.dedupe_window
         self._tls = client_tls_context(settings) if settings.tls is not TlsMode.NONE else None
         self._slots = asyncio.Semaphore(settings.pool_size)
         self._idle: list[tuple[aiosmtplib.SMTP, bool]] = []  # (connection, needs RSET)

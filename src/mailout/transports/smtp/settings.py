@@ -55,6 +55,8 @@ class SmtpSettings:
     local_hostname: str | None = None  # the EHLO name; the machine's FQDN if None
     pool_size: int = 4
     pipelining: bool = True  # use PIPELINING when offered; False for a server that breaks it
+    preset: str | None = None  # "smtp+resend"...: a provider's relay, see transports.presets
+    dedupe_window: float | None = None  # seconds the relay drops a repeated key header
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tls", TlsMode(self.tls))

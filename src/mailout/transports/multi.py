@@ -1,0 +1,224 @@
+"""Several transports as one: ``failover(A, B)`` and ``roundrobin(A, B)``.
+
+``failover`` sends through the first member that is up; ``roundrobin`` takes turns
+among the members that are up. A member that answers ``PAUSE`` (a configuration
+error: bad credentials, a 401) or ``OUTAGE`` (unreachable) is marked down for a while
+that doubles on each consecutive failure, up to a cap, and the *same* message goes on
+to the next member at once: nothing was delivered by the first, so nothing can be
+doubled. A refusal of one message (``FAILED``), a rate limit (``RETRY``) or an
+``UNKNOWN`` outcome is returned as it is: failover is about transports, not about
+one message, and a message that may have been accepted by A must never be sent
+through B on the transport's own initiative. When every member is down, the one
+that comes back soonest is tried (a probe), and its answer is returned, so the
+worker's own breaker paces further sends.
+
+Each result names the member that answered (``SendResult.transport``), for the
+attempt log and the metrics. :meth:`MultiTransport.route` pins a send to the member
+that had an earlier unknown attempt (see ``mailout.attempt``).
+
+Member health lives in each transport instance (one per lane): it is about *this*
+process reaching *that* provider.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
+
+from mailout.exceptions import ConfigError
+from mailout.transports.base import CheckResult, Decision, Envelope, SendResult, Transport
+
+if TYPE_CHECKING:
+    from mailout.transports.url import TransportSpec
+
+log = logging.getLogger("mailout.transports")
+
+DOWN_SECONDS: Final = 30.0  # a member that failed is skipped this long at first
+DOWN_CAP: Final = 600.0  # and never longer than this
+SETTING: Final = "MAILOUT_TRANSPORT"
+
+
+class Mode(enum.StrEnum):
+    """How a message picks its member."""
+
+    FAILOVER = "failover"  # the first member that is up
+    ROUNDROBIN = "roundrobin"  # the next member that is up, in turn
+
+
+@dataclass
+class _Member:
+    label: str  # unique among the members: "resend", "smtp", "smtp#2"
+    transport: Transport
+    down_until: float = 0.0
+    backoff: float = 0.0
+
+
+class MultiTransport:
+    """A :class:`~mailout.transports.base.Transport` over several members."""
+
+    dedupe_window: float | None = None  # depends on the member: see window_of()
+
+    def __init__(self, mode: Mode, members: Sequence[tuple[str, Transport]], *,
+                 down_seconds: float = DOWN_SECONDS, down_cap: float = DOWN_CAP,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if len(members) < 2:
+            raise ValueError("a multi-transport needs at least two members")
+        self.mode = mode
+        self.name = mode.value
+        self._members = [_Member(label, t) for label, t in members]
+        self._down_seconds = down_seconds
+        self._down_cap = down_cap
+        self._clock = clock
+        self._turn = 0
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(m.label for m in self._members)
+
+    def window_of(self, label: str) -> float | None:
+        """The dedupe window of the member called ``label`` (None: it has none)."""
+        return next((m.transport.dedupe_window for m in self._members if m.label == label),
+                    None)
+
+    def is_up(self, label: str) -> bool:
+        return any(m.label == label and m.down_until <= self._clock() for m in self._members)
+
+    def route(self, label: str, *, only: bool) -> Transport:
+        """A view that sends through ``label`` first; with ``only``, through nothing else."""
+        return _Route(self, label, only)
+
+    async def send(self, envelope: Envelope) -> SendResult:
+        return await self._send(envelope, self._order())
+
+    async def check(self) -> CheckResult:
+        results = [(m.label, await m.transport.check()) for m in self._members]
+        line = "; ".join(f"{label}: {'ok' if r.ok else 'FAILED'}: {r.line}"
+                         for label, r in results)
+        return CheckResult(all(r.ok for _, r in results), f"{self.name}: {line}")
+
+    async def close(self) -> None:
+        for m in self._members:
+            await m.transport.close()
+
+    def _order(self, prefer: str | None = None) -> list[_Member]:
+        now = self._clock()
+        up = [m for m in self._members if m.down_until <= now]
+        if self.mode is Mode.ROUNDROBIN and up:
+            start = self._turn % len(up)
+            self._turn += 1
+            up = up[start:] + up[:start]
+        if prefer is not None:
+            up.sort(key=lambda m: m.label != prefer)  # stable: the rest keep their order
+        if not up:  # all down: probe the one that comes back first
+            up = [min(self._members, key=lambda m: m.down_until)]
+        return up
+
+    async def _send(self, envelope: Envelope, order: list[_Member]) -> SendResult:
+        last: SendResult | None = None
+        for member in order:
+            result = replace(await member.transport.send(envelope), transport=member.label)
+            if result.decision in (Decision.PAUSE, Decision.OUTAGE):
+                self._down(member, result)
+                last = result
+                continue  # nothing was delivered: the next member may take it
+            if result.decision is not Decision.UNKNOWN:
+                self._up(member)
+            return result
+        assert last is not None  # order is never empty
+        return last
+
+    def _down(self, member: _Member, result: SendResult) -> None:
+        member.backoff = min(member.backoff * 2 or self._down_seconds, self._down_cap)
+        member.down_until = self._clock() + member.backoff
+        log.warning("%s: transport %s is down for %.0fs (%s)", self.name, member.label,
+                    member.backoff, result.reason)
+
+    def _up(self, member: _Member) -> None:
+        if member.backoff:
+            log.warning("%s: transport %s is back", self.name, member.label)
+        member.backoff = 0.0
+        member.down_until = 0.0
+
+
+class _Route:
+    """One member first (or only), for a message that may already be with it."""
+
+    def __init__(self, parent: MultiTransport, label: str, only: bool) -> None:
+        self._parent = parent
+        self._label = label
+        self._only = only
+        self.name = parent.name
+        self.dedupe_window = parent.window_of(label)
+
+    async def send(self, envelope: Envelope) -> SendResult:
+        parent = self._parent
+        if self._only:
+            # pylint: disable=protected-access  (a view of its parent, same module)
+            pinned = [m for m in parent._members if m.label == self._label]
+            return await parent._send(envelope, pinned)
+        return await parent._send(envelope, parent._order(prefer=self._label))
+
+    async def check(self) -> CheckResult:
+        return await self._parent.check()
+
+    async def close(self) -> None:
+        """The parent owns the connections."""
+
+
+def split_members(inner: str) -> list[str]:
+    """``a, b(c, d), e`` -> ``["a", "b(c, d)", "e"]``: commas at the top level only."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(inner):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    parts.append(inner[start:].strip())
+    return [p for p in parts if p]
+
+
+def parse_spec(url: str, head: str, parse_member: Callable[[str], TransportSpec]
+               ) -> TransportSpec:
+    """The spec of ``failover(...)`` or ``roundrobin(...)``; members by ``parse_member``."""
+    from mailout.transports.url import KEEP_HEADER, TransportSpec
+
+    body = url.strip()[len(head):].strip()
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ConfigError(SETTING, f"{head}(...) must list its transports in parentheses")
+    members = [parse_member(u) for u in split_members(body[1:-1])]
+    if len(members) < 2:
+        raise ConfigError(SETTING, f"{head}(...) needs at least two transports")
+    labels = _labels([m.name for m in members])
+    headers = {m.key_header for m in members} - {None, KEEP_HEADER}
+    if len(headers) > 1:
+        raise ConfigError(SETTING, f"{head}(...) mixes relays that want different key "
+                                   f"headers ({', '.join(sorted(str(h) for h in headers))})")
+    key_header = headers.pop() if headers else (
+        KEEP_HEADER if any(m.key_header == KEEP_HEADER for m in members) else None)
+    mode = Mode(head)
+
+    def build(concurrency: int) -> Transport:
+        return MultiTransport(mode, [(label, m.build(concurrency))
+                                     for label, m in zip(labels, members, strict=True)])
+
+    shown = f"{head}({', '.join(m.shown for m in members)})"
+    # A send may try every member in turn: the lease must outlast them all.
+    return TransportSpec(head, shown, sum(m.timeout for m in members),
+                         f"{SETTING} (the sum of its transports' timeouts)", build,
+                         key_header=key_header, members=tuple(members))
+
+
+def _labels(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    labels = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return labels

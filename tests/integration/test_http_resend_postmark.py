@@ -1,0 +1,218 @@
+"""Resend and Postmark over their HTTP APIs, against local fakes of each.
+
+Each test sends a hand-built envelope (every field a message can hold) or drives the
+fake to one documented answer, and checks the exact request the provider received
+and the decision the transport reached.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+
+from mailout.transports.base import Decision
+from tests.support.envelopes import PDF, PNG, full_envelope
+from tests.support.providers.postmark import FakePostmark
+from tests.support.providers.resend import FakeResend
+from tests.support.providers.resend import error as resend_error
+from tests.support.providers.server import Reply
+from tests.support.transport_harness import build, provider_url
+
+
+@pytest.fixture
+def resend() -> Iterator[FakeResend]:
+    with FakeResend() as fake:
+        yield fake
+        assert fake.violations == []
+
+
+@pytest.fixture
+def postmark() -> Iterator[FakePostmark]:
+    with FakePostmark() as fake:
+        yield fake
+        assert fake.violations == []
+
+
+async def test_resend_maps_every_field_and_sends_the_key_as_a_header(
+    resend: FakeResend,
+) -> None:
+    transport = build(provider_url("resend", resend.secret, resend.url))
+    result = await transport.send(full_envelope())
+    await transport.close()
+    assert (result.decision, result.provider_id) == (Decision.SENT, "resend-000001")
+    [request] = resend.requests
+    assert request.headers["authorization"] == f"Bearer {resend.secret}"
+    assert request.headers["idempotency-key"] == "order-9-invoice"
+    assert request.json() == {
+        "from": "Shop <shop@example.com>",
+        "to": ["Alice <alice@example.com>", "bob@example.com"],
+        "cc": ["Carol <carol@example.com>"],
+        "bcc": ["audit@example.com"],
+        "reply_to": ["Help desk <help@example.com>"],
+        "subject": "Your invoice",
+        "text": "Invoice attached.\n",
+        "html": '<p>Invoice attached.</p><img src="cid:logo@shop">',
+        "headers": {"Message-ID": "<order-9-invoice@shop.example.com>", "X-Order": "9",
+                    "List-Unsubscribe": "<mailto:unsub@example.com>"},
+        "attachments": [
+            {"filename": "invoice.pdf", "content": base64.b64encode(PDF).decode(),
+             "content_type": "application/pdf"},
+            {"filename": "logo.png", "content": base64.b64encode(PNG).decode(),
+             "content_type": "image/png", "content_id": "logo@shop"},
+        ],
+    }
+
+
+async def test_resend_drops_a_repeated_key_and_refuses_it_with_another_body(
+    resend: FakeResend,
+) -> None:
+    transport = build(provider_url("resend", resend.secret, resend.url))
+    first = await transport.send(full_envelope())
+    again = await transport.send(full_envelope())
+    changed = await transport.send(full_envelope(to="someone-else@example.com"))
+    await transport.close()
+    assert again.decision is Decision.SENT
+    assert again.provider_id == first.provider_id  # the first answer, nothing sent again
+    assert len(resend.delivered) == 1
+    assert resend.dedupe_hits == 1
+    assert changed.decision is Decision.FAILED  # never a resend: the first may be delivered
+    assert changed.reason == "idempotency_conflict"
+    assert changed.code == 409
+
+
+@pytest.mark.parametrize(("reply", "decision", "reason", "wait"), [
+    (resend_error(429, "rate_limit_exceeded", "Too many", **{"Retry-After": "7"}),
+     Decision.RETRY, "rate_limited", 7.0),
+    (resend_error(429, "daily_quota_exceeded", "Quota"), Decision.RETRY, "rate_limited", None),
+    (resend_error(500, "internal_server_error", "oops", **{"Retry-After": "2"}),
+     Decision.RETRY, "server_error", 2.0),
+    (resend_error(422, "invalid_from_address", "Invalid `from` field"), Decision.FAILED,
+     "rejected", None),
+    (resend_error(400, "validation_error", "bad"), Decision.FAILED, "rejected", None),
+    (resend_error(401, "missing_api_key", "Missing API key"), Decision.PAUSE, "unauthorized",
+     None),
+    (resend_error(403, "validation_error", "The example.com domain is not verified"),
+     Decision.PAUSE, "unauthorized", None),
+    (resend_error(409, "concurrent_idempotent_requests", "in progress"), Decision.RETRY,
+     "key_in_flight", None),
+])
+async def test_resend_classifies_each_documented_error(
+    resend: FakeResend, reply: Reply, decision: Decision, reason: str, wait: float | None,
+) -> None:
+    resend.answer_always(reply)
+    transport = build(provider_url("resend", resend.secret, resend.url))
+    result = await transport.send(full_envelope())
+    await transport.close()
+    assert (result.decision, result.reason, result.retry_after) == (decision, reason, wait)
+    assert result.code == reply.status
+    assert result.text is not None
+    assert reply.body["name"] in result.text
+
+
+async def test_a_slow_answer_after_the_request_is_unknown(resend: FakeResend) -> None:
+    resend.delay = 1.0
+    transport = build(provider_url("resend", resend.secret, resend.url, timeout="0.3"))
+    result = await transport.send(full_envelope())
+    await transport.close()
+    assert result.decision is Decision.UNKNOWN
+    assert result.reason == "timeout_after_request"
+
+
+async def test_resend_check_accepts_full_and_sending_only_keys_and_hides_them() -> None:
+    with FakeResend(restricted=True) as fake:
+        good = build(provider_url("resend", fake.secret, fake.url))
+        bad = build(provider_url("resend", "re_wrong_key_123", fake.url))
+        ok, refused = await good.check(), await bad.check()
+        await good.close()
+        await bad.close()
+    assert ok.ok
+    assert "sending-only" in ok.line
+    assert not refused.ok
+    assert "refused" in refused.line
+    for line in (ok.line, refused.line):
+        assert fake.secret not in line
+        assert "re_wrong_key_123" not in line
+    assert [(r.method, r.path) for r in fake.requests] == [("GET", "/domains")] * 2
+
+
+async def test_postmark_maps_every_field(postmark: FakePostmark) -> None:
+    transport = build(provider_url("postmark", postmark.secret, postmark.url))
+    result = await transport.send(full_envelope())
+    await transport.close()
+    assert (result.decision, result.provider_id) == (Decision.SENT, "postmark-000001")
+    [request] = postmark.requests
+    assert request.headers["x-postmark-server-token"] == postmark.secret
+    assert "idempotency-key" not in request.headers
+    assert request.json() == {
+        "From": "Shop <shop@example.com>",
+        "To": "Alice <alice@example.com>, bob@example.com",
+        "Cc": "Carol <carol@example.com>",
+        "Bcc": "audit@example.com",
+        "ReplyTo": "Help desk <help@example.com>",
+        "Subject": "Your invoice",
+        "MessageStream": "outbound",
+        "TextBody": "Invoice attached.\n",
+        "HtmlBody": '<p>Invoice attached.</p><img src="cid:logo@shop">',
+        "Headers": [{"Name": "Message-ID", "Value": "<order-9-invoice@shop.example.com>"},
+                    {"Name": "X-Order", "Value": "9"},
+                    {"Name": "List-Unsubscribe", "Value": "<mailto:unsub@example.com>"}],
+        "Attachments": [
+            {"Name": "invoice.pdf", "Content": base64.b64encode(PDF).decode(),
+             "ContentType": "application/pdf"},
+            {"Name": "logo.png", "Content": base64.b64encode(PNG).decode(),
+             "ContentType": "image/png", "ContentID": "cid:logo@shop"},
+        ],
+    }
+
+
+async def test_postmark_inactive_recipient_fails_with_the_address_named(
+    postmark: FakePostmark,
+) -> None:
+    postmark.refuse("alice@example.com")
+    transport = build(provider_url("postmark", postmark.secret, postmark.url))
+    result = await transport.send(full_envelope())
+    await transport.close()
+    assert (result.decision, result.reason, result.code) == (
+        Decision.FAILED, "inactive_recipient", 422)
+    assert [(r.address, r.decision, r.code) for r in result.recipients] == [
+        ("alice@example.com", Decision.FAILED, 406)]
+
+
+@pytest.mark.parametrize(("status", "code", "decision", "reason"), [
+    (422, 300, Decision.FAILED, "invalid_request"),
+    (422, 411, Decision.FAILED, "forbidden_attachment"),
+    (422, 400, Decision.PAUSE, "sender_not_found"),
+    (422, 401, Decision.PAUSE, "sender_not_confirmed"),
+    (422, 405, Decision.PAUSE, "not_allowed"),
+    (422, 412, Decision.PAUSE, "account_pending"),
+    (422, 413, Decision.PAUSE, "account_may_not_send"),
+    (401, 10, Decision.PAUSE, "unauthorized"),
+    (503, 100, Decision.RETRY, "maintenance"),
+    (500, 0, Decision.RETRY, "server_error"),
+    (429, 429, Decision.RETRY, "rate_limited"),
+])
+async def test_postmark_classifies_each_documented_error_code(
+    postmark: FakePostmark, status: int, code: int, decision: Decision, reason: str,
+) -> None:
+    postmark.answer_always(Reply(status, {"ErrorCode": code, "Message": "said so"}))
+    transport = build(provider_url("postmark", postmark.secret, postmark.url))
+    result = await transport.send(full_envelope())
+    await transport.close()
+    assert (result.decision, result.reason, result.code) == (decision, reason, status)
+
+
+async def test_postmark_check_reads_the_server_and_hides_the_token(
+    postmark: FakePostmark,
+) -> None:
+    good = build(provider_url("postmark", postmark.secret, postmark.url))
+    bad = build(provider_url("postmark", "not-the-token", postmark.url))
+    ok, refused = await good.check(), await bad.check()
+    await good.close()
+    await bad.close()
+    assert ok.ok
+    assert not refused.ok
+    assert postmark.secret not in ok.line + refused.line
+    assert "not-the-token" not in refused.line
+    assert [(r.method, r.path) for r in postmark.requests] == [("GET", "/server")] * 2
