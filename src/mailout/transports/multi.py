@@ -27,13 +27,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from mailout.exceptions import ConfigError
 from mailout.transports.base import CheckResult, Decision, Envelope, SendResult, Transport
-
-if TYPE_CHECKING:
-    from mailout.transports.url import TransportSpec
+from mailout.transports.spec import KEEP_HEADER, TransportSpec
 
 log = logging.getLogger("mailout.transports")
 
@@ -187,8 +185,6 @@ def split_members(inner: str) -> list[str]:
 def parse_spec(url: str, head: str, parse_member: Callable[[str], TransportSpec]
                ) -> TransportSpec:
     """The spec of ``failover(...)`` or ``roundrobin(...)``; members by ``parse_member``."""
-    from mailout.transports.url import KEEP_HEADER, TransportSpec
-
     body = url.strip()[len(head):].strip()
     if not (body.startswith("(") and body.endswith(")")):
         raise ConfigError(SETTING, f"{head}(...) must list its transports in parentheses")

@@ -22,8 +22,8 @@ has its own connections. Secrets in the URL never appear in ``repr`` or in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -31,27 +31,12 @@ from mailout.exceptions import ConfigError
 from mailout.transports import presets, providers
 from mailout.transports.base import Transport
 from mailout.transports.smtp import settings as smtp_settings
+from mailout.transports.spec import KEEP_HEADER, TransportSpec
+
+__all__ = ["KEEP_HEADER", "SETTING", "TransportSpec", "parse"]
 
 SETTING: Final = "MAILOUT_TRANSPORT"
 MEMORY_TIMEOUT: Final = 1.0  # a memory send takes no time; any lease is long enough
-KEEP_HEADER: Final = "keep"  # TransportSpec.key_header: use MAILOUT_IDEMPOTENCY_HEADER
-
-
-@dataclass(frozen=True)
-class TransportSpec:
-    """A transport chosen by URL: its name, its longest send, and how to build one."""
-
-    name: str  # "smtp", "memory", "resend", "failover"...
-    shown: str  # for logs and ``mailout check``: the URL without its secrets
-    timeout: float  # the longest one send may take; the lease must be longer
-    timeout_setting: str  # the setting that sets ``timeout``, for error messages
-    build: Callable[[int], Transport] = field(repr=False)  # concurrency -> a transport
-    # The mail header that carries the idempotency key: KEEP_HEADER for the
-    # MAILOUT_IDEMPOTENCY_HEADER setting (plain SMTP, memory), a provider's own header
-    # (smtp+resend: Resend-Idempotency-Key), or None to send none (a relay that
-    # documents no such header, an HTTP API that takes the key natively).
-    key_header: str | None = KEEP_HEADER
-    members: tuple[TransportSpec, ...] = ()  # for failover() and roundrobin()
 
 
 def parse(url: str | None, env: Mapping[str, str], *, concurrency: int) -> TransportSpec:
