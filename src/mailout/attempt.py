@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -37,11 +38,14 @@ from mailout.models import (
 from mailout.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.render import Renderer
 from mailout.transports.base import Decision, Envelope, SendResult, Transport
+from mailout.transports.multi import MultiTransport
 
 log = logging.getLogger("mailout.worker.runtime")
 
 SCHEMA_RECHECK_SECONDS = 60.0
 AFTER_UNKNOWN = "_after_unknown"  # a give-up parked for review: an earlier try may have sent it
+WINDOW_MARGIN = 0.1  # resend inside a key window only with this share of it to spare
+WINDOW_MARGIN_CAP = 3600.0  # and never more than an hour of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +79,14 @@ def decide(
     ctx: Context,
     pause_seconds: float,
     outage_seconds: float | None = None,
+    window_left: float | None = None,
 ) -> Completion:
     """The row's next state after a send that ended in ``result``.
+
+    ``window_left`` is how long the transport that answered still drops a copy sent
+    with this message's key (None: it drops none): an ``UNKNOWN`` outcome is resent
+    inside that time, even under ``MAILOUT_ON_UNKNOWN=hold``, because the provider
+    keeps one copy; past it, the policy decides.
 
     PAUSE and OUTAGE are not the message's fault: the row goes back to ``pending``
     uncharged (``pause_seconds`` / ``outage_seconds`` from now), and its attempt is
@@ -190,6 +200,7 @@ def _decide_message(
         reply_text=result.text,
         detail=result.detail,
         contact=_CONTACT.get(result.decision, Contact.ANSWERED),
+        transport=result.transport or ctx.transport.name,
     )
     decision = result.decision
     if decision is Decision.SENT:
@@ -213,14 +224,82 @@ def _decide_message(
     if isinstance(step, GiveUp):
         return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
                                       reason=step.reason))
-    if decision is Decision.UNKNOWN and ctx.on_unknown is OnUnknown.HOLD:
-        return replace(base, outcome=Outcome.UNKNOWN, status=Status.UNKNOWN,
-                       reason=result.reason)
-    outcome_kind = Outcome.UNKNOWN if decision is Decision.UNKNOWN else Outcome.RETRY
     # A provider that asked for a delay (Retry-After) gets at least that.
     delay = max(step.delay_seconds, result.retry_after or 0.0)
+    if decision is Decision.UNKNOWN:
+        if window_left is not None and window_left > 0:
+            # Resend while the provider still drops a copy: then it is delivered once.
+            note = f"resend due inside the key window ({window_left:.0f}s left)"
+            return replace(base, outcome=Outcome.UNKNOWN, status=Status.PENDING,
+                           delay_seconds=min(delay, window_left), reason=result.reason,
+                           detail=_noted(note, result.detail))
+        if ctx.on_unknown is OnUnknown.HOLD:
+            return replace(base, outcome=Outcome.UNKNOWN, status=Status.UNKNOWN,
+                           reason=result.reason)
+    outcome_kind = Outcome.UNKNOWN if decision is Decision.UNKNOWN else Outcome.RETRY
     return replace(base, outcome=outcome_kind, status=Status.PENDING,
                    delay_seconds=delay, reason=result.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """How a message with an unsettled unknown attempt goes out again."""
+
+    transport: Transport  # the lane's, or a route to the failover member that had it
+    note: str  # for the attempt log: which case applied
+
+
+def key_window(transport: Transport, via: str | None) -> tuple[str, float | None]:
+    """The transport an unknown attempt went ``via`` and how long it drops a repeated
+    key (None: it drops none, or which transport it was is not known)."""
+    if isinstance(transport, MultiTransport):
+        if via in transport.labels:
+            return via, transport.window_of(via)
+        return via or "an unrecorded transport", None
+    if via is None or via == transport.name:  # None: a row from before transports had names
+        return transport.name, transport.dedupe_window
+    return via, None  # another transport (MAILOUT_TRANSPORT changed, or "*": several)
+
+
+def window_left(window: float | None, since: datetime, now: datetime) -> float | None:
+    """Seconds a key first used at ``since`` is still honoured, less a safety margin."""
+    if window is None:
+        return None
+    margin = min(window * WINDOW_MARGIN, WINDOW_MARGIN_CAP)
+    return window - margin - (now - since).total_seconds()
+
+
+def after_unknown(msg: ClaimedMessage, ctx: Context) -> Resend | None:
+    """How to resend a message an earlier attempt may have delivered; None: park it.
+
+    Inside the idempotency window of the transport that had it, the resend goes
+    through that transport (that failover member only, under ``hold``) with the same
+    key, and the provider drops the copy. Outside it, or when the transport drops no
+    repeated key, ``MAILOUT_ON_UNKNOWN`` decides: ``resend`` (the recipient may get a
+    duplicate) or ``hold`` (None).
+    """
+    assert msg.unknown_since is not None
+    transport = ctx.transport
+    label, window = key_window(transport, msg.unknown_via)
+    left = window_left(window, msg.unknown_since, msg.claimed_at)
+    multi = transport if isinstance(transport, MultiTransport) else None
+    if multi is not None and label not in multi.labels:
+        multi = None  # which member had it is not known: no member to prefer
+    hold = ctx.on_unknown is OnUnknown.HOLD
+    if left is not None and left > 0:
+        route = multi.route(label, only=hold) if multi is not None else transport
+        return Resend(route, f"after unknown: inside {label}'s {window:.0f}s key window, "
+                             "same key, the provider drops a copy")
+    if hold:
+        return None
+    why = (f"past {label}'s {window:.0f}s key window" if window is not None
+           else f"{label} drops no repeated key")
+    route = multi.route(label, only=False) if multi is not None else transport
+    return Resend(route, f"after unknown: {why}; MAILOUT_ON_UNKNOWN=resend, may duplicate")
+
+
+def _noted(note: str, detail: str | None) -> str:
+    return note if not detail else f"{note}; {detail}"
 
 
 def _outage(msg: ClaimedMessage, base: Completion, result: SendResult,
@@ -261,7 +340,8 @@ def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
 
 
 def parked(msg: ClaimedMessage, ctx: Context) -> Completion:
-    """A reclaimed message under on_unknown=hold: parked for review, not sent again.
+    """A message an earlier attempt may have delivered, under on_unknown=hold and
+    outside any key window: parked for review, not sent again.
 
     Nothing is sent, so the claim's attempt is given back and not logged; the claim
     already logged the abandoned attempt as unknown.
@@ -269,7 +349,8 @@ def parked(msg: ClaimedMessage, ctx: Context) -> Completion:
     return Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.UNKNOWN,
         status=Status.UNKNOWN, started_at=msg.claimed_at, worker=ctx.worker,
-        recipient=msg.recipient, reason="lease_expired", uncharge=True, logged=False,
+        recipient=msg.recipient, reason="lease_expired" if msg.reclaimed else "unknown_held",
+        uncharge=True, logged=False,
     )
 
 
@@ -372,8 +453,11 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     ``render_error``; an unexpected error in a guard, a charged retry; an unexpected
     error from the transport, :func:`crashed`.
     """
-    if msg.reclaimed and ctx.on_unknown is OnUnknown.HOLD:
-        return parked(msg, ctx)
+    resend: Resend | None = None
+    if msg.unknown_since is not None:  # an earlier attempt may have delivered it
+        resend = after_unknown(msg, ctx)
+        if resend is None:
+            return parked(msg, ctx)
     if is_expired(msg.claimed_at, msg.expires_at):
         return expired(msg, ctx)
     try:
@@ -399,7 +483,7 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
         envelope = _render(msg, ctx)
         if on_send is not None:
             on_send()  # from here on, a cancelled attempt's outcome is unknown
-        result = await ctx.transport.send(envelope)
+        result = await (resend.transport if resend is not None else ctx.transport).send(envelope)
     except RenderError as exc:
         log.error("render failed id=%s key=%s template=%s: %s", msg.id, msg.key,
                   msg.template, exc.reason)
@@ -407,8 +491,12 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     except Exception as exc:  # a transport bug: it may have sent, so not "failed"
         log.error("transport crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__)
         return crashed(msg, ctx, exc, handed_over=True)
+    _, window = key_window(ctx.transport, result.transport or ctx.transport.name)
+    left = window_left(window, msg.unknown_since or msg.claimed_at, msg.claimed_at)
     completion = decide(msg, result, ctx=ctx, pause_seconds=pause_seconds,
-                        outage_seconds=outage_seconds)
+                        outage_seconds=outage_seconds, window_left=left)
+    if resend is not None:
+        completion = replace(completion, detail=_noted(resend.note, completion.detail))
     if verdict.redirected_to is not None:
         completion = replace(completion, redirected_to=verdict.redirected_to)
     log_send(log, msg, completion, stage=result.stage or ctx.transport.name,

@@ -125,6 +125,10 @@ class ClaimedMessage:
     attachments: tuple[Attachment, ...] = ()  # once loaded
     # Recipients settled by earlier attempts (address -> Settled value): never sent again.
     settled: Mapping[str, str] = field(default_factory=dict)
+    # The earliest attempt that may have delivered it and is not settled (None: none),
+    # and the transport it went through ("*": several; None: not recorded).
+    unknown_since: datetime | None = None
+    unknown_via: str | None = None
 
     @property
     def envelope_recipients(self) -> tuple[str, ...]:
@@ -184,6 +188,7 @@ class RecipientOutcome:
     reply_code: int | None = None
     enhanced_code: str | None = None
     reply_text: str | None = None
+    transport: str | None = None  # the transport (failover member) the attempt went through
 
 
 @dataclass(frozen=True, slots=True)

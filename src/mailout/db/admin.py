@@ -330,8 +330,9 @@ def retryable_ids(
 
 def requeue(conn: Connection, ids: Iterable[int]) -> Change:
     """Send reviewed rows back to pending, as if new: attempts 0, due now (database
-    clock), reason, finish time and lease cleared. Message-ID and key are kept, so a
-    provider that already has the message can recognise a resend.
+    clock), reason, finish time and lease cleared, an earlier unknown attempt counted
+    as settled. Message-ID and key are kept, so a provider that already has the
+    message can recognise a resend.
 
     Only rows in :data:`RETRYABLE` change; the others are reported in ``skipped``.
     A row with an age limit gets its whole original window again (counted from
@@ -353,6 +354,9 @@ def requeue(conn: Connection, ids: Iterable[int]) -> Change:
             "status": Status.PENDING.value, "attempts": 0, "next_attempt_at": db_now(),
             "reason": None, "finished_at": None, "lease_owner": None, "lease_token": None,
             "lease_expires_at": None,
+            # Reviewed: an earlier unknown attempt no longer holds the resend back (the
+            # key still goes out, so a provider inside its window still drops a copy).
+            "unknown_since": None, "unknown_via": None,
         }
         if window is not None:
             values["expires_at"] = db_now_plus(bindparam("window", window, Float))

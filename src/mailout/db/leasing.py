@@ -29,6 +29,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal,
     or_,
     select,
     text,
@@ -41,6 +42,7 @@ from mailout.db import dialects
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
     attempt_recipients,
+    Timestamp,
     attempts,
     db_now,
     db_now_plus,
@@ -88,7 +90,8 @@ def _due_cte(limit: Any, filters: list[ColumnElement[bool]]) -> Any:
     now = func.statement_timestamp()
     cols = (messages.c.id, messages.c.status.label("prev_status"),
             messages.c.lease_owner.label("prev_owner"),
-            messages.c.last_attempt_at.label("prev_started"))
+            messages.c.last_attempt_at.label("prev_started"),
+            messages.c.lease_transport.label("prev_transport"))
     expired = (select(*cols).where(messages.c.status == Status.SENDING.value,
                                    messages.c.lease_expires_at <= now, *filters)
                .order_by(messages.c.lease_expires_at).limit(limit)
@@ -118,6 +121,7 @@ def claim(
     exclude_queues: Sequence[str] = (),
     exclude_templates: Sequence[str] = (),
     expired_only: bool = False,
+    transport: str | None = None,
 ) -> list[ClaimedMessage]:
     """Lease up to ``limit`` due messages to ``owner``, highest priority first.
 
@@ -128,10 +132,12 @@ def claim(
     expired lease (its worker died or stalled). Claimed rows become ``sending`` with
     ``attempts + 1``, a fresh lease token and a lease expiry on the database clock.
     For a reclaimed row the abandoned attempt is logged as ``unknown``: nobody knows
-    whether the server got it. Commit promptly: on SQLite the claim holds the write lock.
+    whether the server got it, and the row remembers when (``unknown_since``) and
+    through which transport (``unknown_via``: the ``transport`` of the claim that
+    abandoned it). Commit promptly: on SQLite the claim holds the write lock.
     """
     params = {"owner": owner, "token": str(uuid.uuid4()), "lease": lease_seconds,
-              "limit": limit}
+              "limit": limit, "transport": transport}
     if dialects.claims_in_one_statement(conn):
         stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates),
                          expired_only)
@@ -143,6 +149,7 @@ def claim(
             messages.c.status.label("prev_status"),
             messages.c.lease_owner.label("prev_owner"),
             messages.c.last_attempt_at.label("prev_started"),
+            messages.c.lease_transport.label("prev_transport"),
         )
         .where(_due(queues, exclude_queues, exclude_templates),
                *_expired_filter(expired_only))
@@ -159,13 +166,22 @@ def claim(
     return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
 
 
-# What a claim writes; the bind parameters are the claim's owner, token and lease.
+_ABANDONED = messages.c.status == Status.SENDING.value  # SET sees the old row
+# What a claim writes; the bind parameters are the claim's owner, token, lease and
+# transport.
 _LEASE: dict[str, Any] = {
     "status": Status.SENDING.value,
     "attempts": messages.c.attempts + 1,
     # SET sees the old row: a row still "sending" was abandoned mid-attempt.
-    "unknown_attempts": messages.c.unknown_attempts
-    + case((messages.c.status == Status.SENDING.value, 1), else_=0),
+    "unknown_attempts": messages.c.unknown_attempts + case((_ABANDONED, 1), else_=0),
+    "unknown_since": case(
+        (_ABANDONED, func.coalesce(messages.c.unknown_since, messages.c.last_attempt_at)),
+        else_=messages.c.unknown_since),
+    "unknown_via": case(
+        (_ABANDONED & messages.c.unknown_since.is_(None), messages.c.lease_transport),
+        (_ABANDONED & (messages.c.unknown_via != messages.c.lease_transport), literal("*")),
+        else_=messages.c.unknown_via),
+    "lease_transport": bindparam("transport", type_=String),
     "lease_owner": bindparam("owner", type_=String),
     "lease_token": bindparam("token", type_=String),
     "lease_expires_at": db_now_plus(bindparam("lease", type_=Float)),
@@ -191,7 +207,7 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
         .where(messages.c.id == due.c.id)
         .values(_LEASE)
         .returning(messages, due.c.prev_status, due.c.prev_owner, due.c.prev_started,
-                   _SUPPRESSED)
+                   _SUPPRESSED, due.c.prev_transport)
     )
 
 
@@ -232,6 +248,8 @@ def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
         locale=m["locale"],
         has_attachments=m["attachment_digest"] is not None,
         settled=m["settled"] or {},
+        unknown_since=aware(m["unknown_since"]),
+        unknown_via=m["unknown_via"],
     )
 
 
@@ -259,6 +277,7 @@ def _log_abandoned(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
                 "detail": "lease expired before the attempt finished",
                 "worker": r["prev_owner"],
                 "started_at": r["prev_started"],
+                "transport": r["prev_transport"],
             }
             for r in rows
         ],
@@ -339,6 +358,7 @@ def _completion_row(c: Completion) -> dict[str, Any]:
         "recipient": c.recipient, "worker": c.worker, "started_at": c.started_at,
         "charged": not c.uncharge,
         "settled": None if c.settled is None else dict(c.settled),
+        "transport": c.transport,
     }
 
 
@@ -349,6 +369,7 @@ _BATCH_TYPES = {  # the jsonb_to_recordset() columns of _COMPLETE_PG and their t
     "sent": "bool", "final": "bool", "logged": "bool", "attempt": "int", "outcome": "text",
     "stage": "text", "enhanced": "text", "detail": "text", "recipient": "text",
     "worker": "text", "started_at": "timestamptz", "charged": "bool", "settled": "jsonb",
+    "transport": "text",
 }
 # The batch arrives as one JSON document (see _INSERT_PG), so the text and its
 # server-side prepared plan are the same for every batch size. The UPDATE applies
@@ -377,17 +398,24 @@ WITH v AS (
                                ELSE clock_timestamp() + make_interval(secs => v.delay) END,
         attempts = m.attempts - v.uncharge,
         unknown_attempts = m.unknown_attempts + v.unknown,
-        settled = COALESCE(v.settled, m.settled)
+        settled = COALESCE(v.settled, m.settled),
+        unknown_since = CASE WHEN v.unknown = 1
+                             THEN COALESCE(m.unknown_since, v.started_at)
+                             ELSE m.unknown_since END,
+        unknown_via = CASE WHEN v.unknown = 0 THEN m.unknown_via
+                           WHEN m.unknown_since IS NULL THEN v.transport
+                           WHEN m.unknown_via IS DISTINCT FROM v.transport THEN '*'
+                           ELSE m.unknown_via END
     FROM v
     WHERE m.id = v.id AND m.lease_token = v.token AND m.status = '{Status.SENDING.value}'
     RETURNING m.id
 ), logged AS (
     INSERT INTO {attempts.name} (outbox_id, attempt, outcome, stage, reply_code,
         enhanced_code, reply_text, detail, recipient, worker, started_at, finished_at,
-        charged)
+        charged, transport)
     SELECT v.id, v.attempt, v.outcome, v.stage, v.reply_code, v.enhanced, v.reply_text,
            CASE WHEN done.id IS NULL THEN '{_LEASE_LOST}' ELSE v.detail END,
-           v.recipient, v.worker, v.started_at, clock_timestamp(), v.charged
+           v.recipient, v.worker, v.started_at, clock_timestamp(), v.charged, v.transport
     FROM v LEFT JOIN done ON done.id = v.id
     WHERE v.logged
 )
@@ -430,6 +458,16 @@ def _complete_row_statement() -> Any:
             attempts=m.attempts - arg("uncharge", Integer),
             unknown_attempts=m.unknown_attempts + arg("unknown", Integer),
             settled=func.coalesce(bindparam("p_settled", type_=m.settled.type), m.settled),
+            # Typed but not CAST: SQLite would turn CAST(text AS DATETIME) into a number.
+            unknown_since=case((arg("unknown", Integer) == 1,
+                                func.coalesce(m.unknown_since,
+                                              bindparam("p_started_at", type_=Timestamp))),
+                               else_=m.unknown_since),
+            unknown_via=case(
+                (arg("unknown", Integer) == 0, m.unknown_via),
+                (m.unknown_since.is_(None), arg("transport", String)),
+                (m.unknown_via.is_distinct_from(arg("transport", String)), literal("*")),
+                else_=m.unknown_via),
         )
     )
 
@@ -449,6 +487,7 @@ def _attempt_row(c: Completion, *, fenced: bool) -> dict[str, Any]:
         "worker": c.worker,
         "started_at": c.started_at,
         "charged": not c.uncharge,
+        "transport": c.transport,
     }
 
 

@@ -86,6 +86,7 @@ messages = Table(
     Column("lease_owner", String(200)),
     Column("lease_token", String(36)),
     Column("lease_expires_at", Timestamp),
+    Column("lease_transport", String(64)),  # the transport of the lane holding the lease
     Column("provider_message_id", String(255)),
     Column("last_reply_code", SmallInteger),
     Column("last_reply_text", Text),
@@ -107,6 +108,10 @@ messages = Table(
     Column("attachment_digest", String(64)),
     # Recipients settled by earlier attempts of a message to several: {address: status}.
     Column("settled", Json),
+    # The earliest attempt that may have delivered it, not yet settled, and the transport
+    # it went through ("*": several): compared with that transport's idempotency window.
+    Column("unknown_since", Timestamp),
+    Column("unknown_via", String(64)),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     Index("ux_mailout_messages_key", "idempotency_key", unique=True),
@@ -185,6 +190,7 @@ attempts = Table(
     # False for an attempt given back to its message (an outage, a configuration
     # error): it is in the log but does not count against max_attempts.
     Column("charged", Boolean, nullable=False, server_default=true()),
+    Column("transport", String(64)),  # the transport (or failover member) it went through
     Index("ix_mailout_attempts_outbox_id", "outbox_id"),
     Index("ix_mailout_attempts_outcome_finished", "outcome", "finished_at"),
 )

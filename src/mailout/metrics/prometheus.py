@@ -73,6 +73,9 @@ class PrometheusObserver:
         r = self.registry
         self.sends = Counter("mailout_sends", "Send attempts by outcome.",
                              ["queue", "outcome"], registry=r)
+        self.transport_sends = Counter(
+            "mailout_transport_sends", "Send attempts by the transport (or failover member) "
+            "they went through, and outcome.", ["transport", "outcome"], registry=r)
         self.attempt_seconds = Histogram(
             "mailout_attempt_duration_seconds", "Claim to outcome of one attempt.",
             ["queue"], buckets=ATTEMPT_BUCKETS, registry=r)
@@ -120,6 +123,9 @@ class PrometheusObserver:
             return  # nothing was attempted (a row parked or held at claim)
         try:
             self.sends.labels(msg.queue, completion.outcome.value).inc()
+            if completion.transport is not None:
+                self.transport_sends.labels(completion.transport,
+                                            completion.outcome.value).inc()
             self.attempt_seconds.labels(msg.queue).observe(seconds)
             if completion.outcome is Outcome.SENT:
                 # Both ends on the database clock; the send itself on this process's.

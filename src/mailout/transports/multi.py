@@ -73,6 +73,12 @@ class MultiTransport:
         self._clock = clock
         self._turn = 0
 
+    def pace(self, down_seconds: float, down_cap: float) -> None:
+        """Skip a failed member this long at first, doubling up to ``down_cap`` (the
+        worker passes its MAILOUT_PAUSE_SECONDS and MAILOUT_PAUSE_CAP_SECONDS)."""
+        self._down_seconds = down_seconds
+        self._down_cap = down_cap
+
     @property
     def labels(self) -> tuple[str, ...]:
         return tuple(m.label for m in self._members)
@@ -117,14 +123,20 @@ class MultiTransport:
 
     async def _send(self, envelope: Envelope, order: list[_Member]) -> SendResult:
         last: SendResult | None = None
+        skipped: list[str] = []
         for member in order:
             result = replace(await member.transport.send(envelope), transport=member.label)
             if result.decision in (Decision.PAUSE, Decision.OUTAGE):
                 self._down(member, result)
                 last = result
+                skipped.append(f"{member.label} {result.reason}")
                 continue  # nothing was delivered: the next member may take it
             if result.decision is not Decision.UNKNOWN:
                 self._up(member)
+            if skipped:  # the attempt log says why this member and not the first
+                note = f"{', '.join(skipped)}; through {member.label}"
+                result = replace(result, detail=f"{note}; {result.detail}"
+                                 if result.detail else note)
             return result
         assert last is not None  # order is never empty
         return last

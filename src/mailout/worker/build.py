@@ -18,6 +18,7 @@ from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.render import Renderer
 from mailout.templates import known_schemas
 from mailout.transports.base import Transport
+from mailout.transports.multi import MultiTransport
 from mailout.transports.url import KEEP_HEADER
 from mailout.worker.attachments import AttachmentLoader
 from mailout.worker.options import Options
@@ -62,7 +63,11 @@ def build_worker(
     def transport(concurrency: int) -> Transport:
         if transport_factory is not None:
             return transport_factory()
-        return settings.transport.build(concurrency)
+        built = settings.transport.build(concurrency)
+        if isinstance(built, MultiTransport):
+            # A failed member is skipped for one breaker cycle, like a paused worker.
+            built.pace(settings.pause_seconds, settings.pause_cap)
+        return built
 
     loader = AttachmentLoader(engine)
     contexts = [

@@ -151,7 +151,8 @@ class LaneRunner:
             return leasing.claim(conn, owner=self.ctx.worker, limit=limit,
                                lease_seconds=self.worker.options.lease_seconds, queues=queues,
                                exclude_queues=(*exclude, *paused.queues),
-                               exclude_templates=paused.templates, expired_only=expired_only)
+                               exclude_templates=paused.templates, expired_only=expired_only,
+                               transport=self.ctx.transport.name)
 
     def _wait_time(self) -> float:
         poll = self.worker.options.poll_seconds
