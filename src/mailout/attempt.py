@@ -257,7 +257,8 @@ def key_window(transport: Transport, via: str | None) -> tuple[str, float | None
             return via, transport.window_of(via)
         return via or "an unrecorded transport", None
     if via is None or via == transport.name:  # None: a row from before transports had names
-        return transport.name, transport.dedupe_window
+        # getattr: a transport written before dedupe_window joined the contract has none.
+        return transport.name, getattr(transport, "dedupe_window", None)
     return via, None  # another transport (MAILOUT_TRANSPORT changed, or "*": several)
 
 

@@ -63,7 +63,7 @@ def test_a_401_on_a_moves_mail_to_b_in_the_same_attempt(engine: Engine, db_url: 
         worker = run_until_idle(settings(db_url, "failover", a, b))
         assert statuses(engine) == {"sent": 10}
         assert (len(a.delivered), len(b.delivered)) == (0, 10)
-        assert not worker.breaker.paused  # B works: the worker never paused
+        assert not worker.breakers.paused  # B works: the worker never paused
         log = attempt_log(engine)
         assert [(o, t) for o, t, _ in log] == [("sent", "postmark")] * 10
         first_detail = log[0][2] or ""
