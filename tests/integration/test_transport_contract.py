@@ -20,7 +20,8 @@ from mailout.transports.base import Decision, Envelope, SendResult
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.transport_harness import Harness, harness
 
-TRANSPORTS = ["memory", "smtp", "resend", "postmark", "brevo", "sendgrid", "mailgun", "ses"]
+TRANSPORTS = ["memory", "smtp", "resend", "postmark", "brevo", "sendgrid", "mailgun", "ses",
+              "failover"]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RENDERER = Renderer(None, mail_from="Shop <shop@example.com>")
 

@@ -205,11 +205,55 @@ FAKES: dict[str, tuple[Callable[[], FakeProvider], Callable[[str], str | None], 
 }
 
 
+class FailoverHarness:
+    """``failover(resend, postmark)`` over both fakes: the primary takes every message
+    while it works, so the faults are set on it; misconfigured and unreachable mean
+    every member is."""
+
+    name = "failover"
+    native_key = staticmethod(_same)
+    carries_message_id = True
+
+    def __init__(self, a: FakeResend, b: FakePostmark) -> None:
+        self.a, self.b = a, b
+        self.transport = build(self._url(a.secret, b.secret, a.url, b.url))
+
+    @staticmethod
+    def _url(secret_a: str, secret_b: str, url_a: str, url_b: str) -> str:
+        return (f"failover({provider_url('resend', secret_a, url_a, timeout='3')}, "
+                f"{provider_url('postmark', secret_b, url_b, timeout='3')})")
+
+    def refuse(self, address: str) -> None:
+        self.a.refuse(address)
+
+    def defer(self, address: str) -> None:
+        self.a.defer(address)
+
+    def lose_reply(self, address: str) -> None:
+        self.a.lose(address)
+
+    def delivered(self) -> list[Delivered]:
+        return [Delivered(d.message_id or "", d.recipients, None, d.headers, d.key)
+                for d in (*self.a.delivered, *self.b.delivered)]
+
+    def misconfigured(self) -> Transport:
+        return build(self._url("wrong", "wrong", self.a.url, self.b.url))
+
+    def unreachable(self) -> Transport:
+        down = f"http://127.0.0.1:{free_port()}"
+        return build(self._url(self.a.secret, self.b.secret, down, down))
+
+
 @contextmanager
 def harness(name: str, auth_server: SmtpTestServer | None = None) -> Iterator[Harness]:
     """The harness called ``name``; SMTP ones run against ``auth_server``."""
     if name == "memory":
         yield MemoryHarness()
+        return
+    if name == "failover":
+        with FakeResend() as a, FakePostmark() as b:
+            yield FailoverHarness(a, b)
+            assert a.violations == b.violations == []
         return
     if name in FAKES:
         make, native_key, carries = FAKES[name]
