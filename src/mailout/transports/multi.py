@@ -167,7 +167,7 @@ class _Route:
     async def send(self, envelope: Envelope) -> SendResult:
         parent = self._parent
         if self._only:
-            # pylint: disable=protected-access  (a view of its parent, same module)
+            # A view of its parent, in the same module: it may use the members directly.
             pinned = [m for m in parent._members if m.label == self._label]
             return await parent._send(envelope, pinned)
         return await parent._send(envelope, parent._order(prefer=self._label))
