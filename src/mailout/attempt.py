@@ -97,7 +97,7 @@ def decide(
     :func:`per_recipient`); the rest of the rules are the message's.
     """
     completion = _decide_message(msg, result, ctx=ctx, pause_seconds=pause_seconds,
-                                 outage_seconds=outage_seconds)
+                                 outage_seconds=outage_seconds, window_left=window_left)
     if not msg.several_recipients:
         return completion
     if result.decision in (Decision.PAUSE, Decision.OUTAGE):
@@ -183,6 +183,7 @@ def _decide_message(
     ctx: Context,
     pause_seconds: float,
     outage_seconds: float | None = None,
+    window_left: float | None = None,
 ) -> Completion:
     """The row's next state after ``result``, as if the message had one recipient."""
     base = Completion(

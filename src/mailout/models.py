@@ -173,6 +173,7 @@ class Completion:
     logged: bool = True  # False when no attempt was made (a row parked at claim)
     redirected_to: str | None = None  # MAILOUT_REDIRECT_TO delivered it there instead
     contact: Contact = Contact.NONE  # what the attempt says about the transport
+    transport: str | None = None  # the transport (failover member) the attempt went through
     # A message to several recipients: how each one this attempt sent to fared, and
     # the row's new map of settled recipients (None leaves it as it is).
     recipients: tuple[RecipientOutcome, ...] = ()

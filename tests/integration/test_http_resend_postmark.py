@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -216,3 +217,16 @@ async def test_postmark_check_reads_the_server_and_hides_the_token(
     assert postmark.secret not in ok.line + refused.line
     assert "not-the-token" not in refused.line
     assert [(r.method, r.path) for r in postmark.requests] == [("GET", "/server")] * 2
+
+
+async def test_a_retry_to_the_pending_recipients_names_only_them(resend: FakeResend) -> None:
+    """deliver_to (a message some recipients already accepted): a JSON API has no
+    envelope apart from its address fields, so only the pending ones are named."""
+    envelope = replace(full_envelope(), deliver_to=("bob@example.com", "audit@example.com"))
+    transport = build(provider_url("resend", resend.secret, resend.url))
+    result = await transport.send(envelope)
+    await transport.close()
+    assert result.decision is Decision.SENT
+    body = resend.requests[0].json()
+    assert (body["to"], body["bcc"]) == (["bob@example.com"], ["audit@example.com"])
+    assert "cc" not in body

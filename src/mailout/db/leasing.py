@@ -41,8 +41,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from mailout.db import dialects
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
-    attempt_recipients,
     Timestamp,
+    attempt_recipients,
     attempts,
     db_now,
     db_now_plus,

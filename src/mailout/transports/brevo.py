@@ -31,6 +31,7 @@ from mailout.transports.http import (
     ApiReply,
     ApiRequest,
     Unsendable,
+    addressed,
     b64,
     by_status,
     check_by_status,
@@ -64,15 +65,16 @@ class BrevoProvider:
             raise Unsendable("reply_to_unsupported", "Brevo takes one Reply-To address")
         if any(a.inline for a in envelope.attachments):
             raise Unsendable("inline_unsupported", "Brevo's API has no inline (cid:) parts")
+        to, cc, bcc = addressed(envelope)
         body: dict[str, Any] = {
             "sender": _person(envelope.sender),
-            "to": [_person(m) for m in envelope.to],
+            "to": [_person(m) for m in to],
             "subject": envelope.subject,
         }
-        if envelope.cc:
-            body["cc"] = [_person(m) for m in envelope.cc]
-        if envelope.bcc:
-            body["bcc"] = [_person(m) for m in envelope.bcc]
+        if cc:
+            body["cc"] = [_person(m) for m in cc]
+        if bcc:
+            body["bcc"] = [_person(m) for m in bcc]
         if envelope.reply_to:
             body["replyTo"] = _person(envelope.reply_to[0])
         if envelope.html is not None:

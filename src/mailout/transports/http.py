@@ -292,3 +292,18 @@ def no_crlf(name: str, value: str) -> str:
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise Unsendable("bad_header", f"{name} holds a control character")
     return value
+
+
+def addressed(envelope: Envelope) -> tuple[tuple[Mailbox, ...], tuple[Mailbox, ...],
+                                          tuple[Mailbox, ...]]:
+    """To, Cc and Bcc of this send. When ``deliver_to`` limits it (a retry of a message
+    some recipients already accepted), only those: a JSON API has no envelope apart
+    from its address fields, so the others cannot be named without being sent to."""
+    if not envelope.deliver_to:
+        return envelope.to, envelope.cc, envelope.bcc
+    wanted = {a.lower() for a in envelope.deliver_to}
+
+    def keep(boxes: tuple[Mailbox, ...]) -> tuple[Mailbox, ...]:
+        return tuple(m for m in boxes if m.address.lower() in wanted)
+
+    return keep(envelope.to), keep(envelope.cc), keep(envelope.bcc)

@@ -25,6 +25,7 @@ from mailout.transports.http import (
     STAGE,
     ApiReply,
     ApiRequest,
+    addressed,
     by_status,
     check_by_status,
     message_of,
@@ -48,10 +49,11 @@ class MailgunProvider:
         self.secrets: tuple[str, ...] = (api_key,)
 
     def build(self, envelope: Envelope) -> ApiRequest:
+        to, cc, bcc = addressed(envelope)
         form: list[tuple[str, str]] = [("from", str(envelope.sender))]
-        form += [("to", m) for m in shown(envelope.to)]
-        form += [("cc", m) for m in shown(envelope.cc)]
-        form += [("bcc", m) for m in shown(envelope.bcc)]
+        form += [("to", m) for m in shown(to)]
+        form += [("cc", m) for m in shown(cc)]
+        form += [("bcc", m) for m in shown(bcc)]
         form.append(("subject", envelope.subject))
         if envelope.text is not None:
             form.append(("text", envelope.text))

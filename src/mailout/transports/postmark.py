@@ -34,6 +34,7 @@ from mailout.transports.http import (
     STAGE,
     ApiReply,
     ApiRequest,
+    addressed,
     b64,
     by_status,
     check_by_status,
@@ -82,13 +83,14 @@ class PostmarkProvider:
         self.secrets: tuple[str, ...] = (token,)
 
     def build(self, envelope: Envelope) -> ApiRequest:
+        to, cc, bcc = addressed(envelope)
         body: dict[str, Any] = {
             "From": str(envelope.sender),
-            "To": ", ".join(shown(envelope.to)),
+            "To": ", ".join(shown(to)),
             "Subject": envelope.subject,
             "MessageStream": self._stream,
         }
-        for name, boxes in (("Cc", envelope.cc), ("Bcc", envelope.bcc),
+        for name, boxes in (("Cc", cc), ("Bcc", bcc),
                             ("ReplyTo", envelope.reply_to)):
             if boxes:
                 body[name] = ", ".join(shown(boxes))

@@ -27,6 +27,7 @@ from mailout.transports.http import (
     STAGE,
     ApiReply,
     ApiRequest,
+    addressed,
     b64,
     by_status,
     message_of,
@@ -54,13 +55,13 @@ class ResendProvider:
         self.secrets: tuple[str, ...] = (api_key,)
 
     def build(self, envelope: Envelope) -> ApiRequest:
+        to, cc, bcc = addressed(envelope)
         body: dict[str, Any] = {
             "from": str(envelope.sender),
-            "to": shown(envelope.to),
+            "to": shown(to),
             "subject": envelope.subject,
         }
-        for name, boxes in (("cc", envelope.cc), ("bcc", envelope.bcc),
-                            ("reply_to", envelope.reply_to)):
+        for name, boxes in (("cc", cc), ("bcc", bcc), ("reply_to", envelope.reply_to)):
             if boxes:
                 body[name] = shown(boxes)
         if envelope.text is not None:

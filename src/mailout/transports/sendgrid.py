@@ -24,6 +24,7 @@ from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
 from mailout.transports.http import (
     ApiReply,
     ApiRequest,
+    addressed,
     b64,
     by_status,
     check_by_status,
@@ -46,11 +47,12 @@ class SendGridProvider:
         self.secrets: tuple[str, ...] = (api_key,)
 
     def build(self, envelope: Envelope) -> ApiRequest:
-        people: dict[str, Any] = {"to": [_person(m) for m in envelope.to]}
-        if envelope.cc:
-            people["cc"] = [_person(m) for m in envelope.cc]
-        if envelope.bcc:
-            people["bcc"] = [_person(m) for m in envelope.bcc]
+        to, cc, bcc = addressed(envelope)
+        people: dict[str, Any] = {"to": [_person(m) for m in to]}
+        if cc:
+            people["cc"] = [_person(m) for m in cc]
+        if bcc:
+            people["bcc"] = [_person(m) for m in bcc]
         content = []
         if envelope.text is not None:
             content.append({"type": "text/plain", "value": envelope.text})

@@ -31,6 +31,7 @@ from mailout.transports.http import (
     STAGE,
     ApiReply,
     ApiRequest,
+    addressed,
     b64,
     by_status,
     check_by_status,
@@ -62,11 +63,13 @@ class SesProvider:
 
     def build(self, envelope: Envelope) -> ApiRequest:
         wire = envelope.wire if envelope.wire_builder is not None else _wire(envelope)
-        destination: dict[str, Any] = {"ToAddresses": shown(envelope.to)}
-        if envelope.cc:
-            destination["CcAddresses"] = shown(envelope.cc)
-        if envelope.bcc:
-            destination["BccAddresses"] = shown(envelope.bcc)
+        # The raw message names everyone; Destination is who gets this send.
+        to, cc, bcc = addressed(envelope)
+        destination: dict[str, Any] = {"ToAddresses": shown(to)}
+        if cc:
+            destination["CcAddresses"] = shown(cc)
+        if bcc:
+            destination["BccAddresses"] = shown(bcc)
         body: dict[str, Any] = {
             "FromEmailAddress": str(envelope.sender),
             "Destination": destination,
