@@ -8,8 +8,8 @@ delivered and is not yet settled, and ``unknown_via`` the transport it went thro
 (``*`` when several did). The worker compares these with the transport's
 idempotency window before resending.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
