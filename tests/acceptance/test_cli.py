@@ -35,8 +35,11 @@ DISTINCTIVE_PASSWORD = "Zq9-not-the-password-7731xk"  # must never show up in an
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The user's environment without mailout settings leaking in from the test run."""
+    # COLUMNS and LINES go too: pytest-xdist's workers set them, and a piped mailout
+    # then lays tables out at that width instead of its own piped width.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MAILOUT_", "SMTP_")) and k != "MAIL_FROM"}
+           if not k.startswith(("MAILOUT_", "SMTP_"))
+           and k not in ("MAIL_FROM", "COLUMNS", "LINES")}
     env.update(extra or {})
     return env
 
