@@ -9,7 +9,6 @@ attempt and never raises for a problem with the message or the provider.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import time
@@ -186,6 +185,7 @@ def _decide_message(
     window_left: float | None = None,
 ) -> Completion:
     """The row's next state after ``result``, as if the message had one recipient."""
+    decision = result.decision
     base = Completion(
         id=msg.id,
         lease_token=msg.lease_token,
@@ -202,10 +202,11 @@ def _decide_message(
         detail=result.detail,
         contact=_CONTACT.get(result.decision, Contact.ANSWERED),
         transport=result.transport or ctx.transport.name,
+        # Built here, not by a copy: SENT is nearly every completion.
+        provider_message_id=result.provider_id if decision is Decision.SENT else None,
     )
-    decision = result.decision
     if decision is Decision.SENT:
-        return replace(base, provider_message_id=result.provider_id)
+        return base
     if decision is Decision.FAILED:
         return _given_up(msg, replace(base, outcome=Outcome.FAILED, status=Status.FAILED,
                                       reason=result.reason))
@@ -424,25 +425,15 @@ def crashed(msg: ClaimedMessage, ctx: Context, error: BaseException, *,
 
 
 def _render(msg: ClaimedMessage, ctx: Context) -> Envelope:
-    """Render ``msg``. Any error, including one building the wire form later inside
-    the transport, is a RenderError: the message cannot be sent as it is."""
+    """Render ``msg``. Any error is a RenderError: the message cannot be sent as it is.
+    (The renderer's wire form, built later inside the transport, raises RenderError
+    too, so the envelope is used as it comes, without a copy.)"""
     try:
-        envelope = ctx.renderer.render(msg)
+        return ctx.renderer.render(msg)
     except RenderError:
         raise
     except Exception as exc:  # a renderer bug on odd input: permanent for this message
         raise RenderError(msg.template, f"{type(exc).__name__}: {exc}") from exc
-    if envelope.wire_builder is None:
-        return envelope
-    return replace(envelope, wire_builder=functools.partial(_wire, envelope.wire_builder,
-                                                            msg.template))
-
-
-def _wire(build: Callable[[], bytes], template: str | None) -> bytes:
-    try:
-        return build()
-    except Exception as exc:  # raised before any byte of the content can have left
-        raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
 
 
 async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,

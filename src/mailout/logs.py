@@ -159,7 +159,10 @@ def log_send(
 
     Only identifiers, codes and timings: never the body, the params or the reply text
     (a reply may quote the address); the recipient only as ``recipients`` allows.
+    Costs one level check when INFO is off for ``logger``.
     """
+    if not logger.isEnabledFor(logging.INFO):
+        return
     fields: dict[str, Any] = {
         "event": "send",
         "outbox_id": msg.id,
@@ -182,4 +185,11 @@ def log_send(
         text += " to=%(recipient)s"
     if completion.reason:
         text += " reason=%(reason)s"
-    logger.info(text, fields, extra=fields)
+    # The record as logger.info would make it, without its walk up the stack for the
+    # caller (findCaller): the caller is always this function, and it is once per send.
+    record = logger.makeRecord(logger.name, logging.INFO, __file__, _SEND_LINE, text,
+                               (fields,), None, func="log_send", extra=fields)
+    logger.handle(record)
+
+
+_SEND_LINE = log_send.__code__.co_firstlineno

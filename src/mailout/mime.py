@@ -43,6 +43,7 @@ _QP_LINE = 76  # quoted-printable line length (RFC 2045)
 # Bytes quoted-printable may carry as they are (RFC 2045 6.7): printable ASCII but
 # "=", and tab; plus the line end itself.
 _QP_LITERAL = bytes(range(0x20, 0x7F)).replace(b"=", b"") + b"\t\n"
+_TRAILING_WHITESPACE = (b"=20", b"=09")  # a space or tab before a line break, escaped
 
 _EW_PREFIX = "=?utf-8?b?"
 _EW_OVERHEAD = len(_EW_PREFIX) + len("?=")
@@ -219,17 +220,31 @@ def _quoted_printable(data: bytes) -> bytes:
 def _soft_break(line: bytes) -> bytes:
     """``line`` in pieces of at most 75 octets joined by soft line breaks ("=" CRLF).
 
-    Whitespace may end a piece: the "=" follows it on that line (RFC 2045 6.7).
+    Whitespace may end a piece: the "=" follows it on that line (RFC 2045 6.7). The
+    last piece may be 76 octets long (it ends in the hard line break, not in "=").
     """
-    if b"=" not in line:
-        step = _QP_LINE - 1
-        return b"=\r\n".join([line[i : i + step] for i in range(0, len(line), step)])
+    step = _QP_LINE - 1
+    body, tail = line, b""
+    if line[-3:] in _TRAILING_WHITESPACE:  # the escaped whitespace that ends a line
+        body, tail = line[:-3], line[-3:]
+    if b"=" not in body:
+        # No escape to keep whole: plain slices (the common long line of ASCII text).
+        pieces = [body[i : i + step] for i in range(0, len(body), step)]
+        if tail and len(pieces[-1]) + len(tail) <= _QP_LINE:
+            pieces[-1] += tail
+        elif tail:
+            pieces.append(tail)
+        return b"=\r\n".join(pieces)
     pieces = []
     start = 0
-    while len(line) - start > _QP_LINE:
-        cut = start + _QP_LINE - 1
-        while b"=" in line[cut - 2 : cut]:  # never cut an "=XX" escape in two
-            cut -= 1
+    end = len(line)
+    while end - start > _QP_LINE:
+        cut = start + step
+        # Never cut an "=XX" escape in two: one starting in the last two octets moves
+        # to the next piece (two "=" cannot both be there: an escape is three long).
+        escape = line.rfind(b"=", cut - 2, cut)
+        if escape != -1:
+            cut = escape
         pieces.append(line[start:cut])
         start = cut
     pieces.append(line[start:])

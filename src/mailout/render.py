@@ -259,8 +259,9 @@ class Renderer:
             # A retry of the recipients still pending: the others have it already.
             deliver_to=msg.pending_recipients if msg.settled else (),
             # Everything that can fail was checked above: building the wire form later
-            # (only for transports that need it) cannot raise.
-            wire_builder=functools.partial(mime.build, head, text, html, msg.attachments),
+            # (only for transports that need it) should not raise; if it does, that is
+            # a RenderError too (see _wire).
+            wire_builder=functools.partial(_wire, template, head, text, html, msg.attachments),
         )
 
     def _date(self) -> str:
@@ -273,6 +274,16 @@ class Renderer:
         if cached[0] != second:
             cached = self._last_date = (second, format_datetime(second))
         return cached[1]
+
+
+def _wire(template: str | None, head: bytes, text: str | None, html: str | None,
+          attachments: tuple[Attachment, ...]) -> bytes:
+    """The message's wire form; RenderError for any error building it (raised before
+    any byte of the content can have left, so the message is unsendable as it is)."""
+    try:
+        return mime.build(head, text, html, attachments)
+    except Exception as exc:  # a builder bug on odd input: permanent for this message
+        raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
 
 
 def _load(env: jinja2.Environment, name: str, path: str) -> jinja2.Template | None:

@@ -182,3 +182,20 @@ def test_log_send_fields_and_recipient_setting(
         "send queue=default key=order-1-confirmation message_id=<abc@shop.example> attempt=2 "
         "outcome=sent code=250 stage=body duration_ms=84.2")
     assert ("to=" in record.getMessage()) is (shown is not None)
+
+
+def test_log_send_names_its_own_place_like_logger_info(caplog: pytest.LogCaptureFixture) -> None:
+    # The record is built without Logger.findCaller: it must still say where it came from.
+    caplog.set_level(logging.INFO, logger="mailout.worker.runtime")
+    log_send(logging.getLogger("mailout.worker.runtime"), _claimed(), _completion(),
+             stage="body", seconds=0.01)
+    (record,) = caplog.records
+    assert (record.funcName, record.filename, record.levelname) == (
+        "log_send", "logs.py", "INFO")
+
+
+def test_log_send_with_info_off_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mailout.worker.runtime")
+    log_send(logging.getLogger("mailout.worker.runtime"), _claimed(), _completion(),
+             stage="body", seconds=0.01)
+    assert caplog.records == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.header
 import email.policy
+import quopri
 import re
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -291,3 +292,62 @@ def test_renderer_keeps_addresses_of_non_ascii_reply_to() -> None:
     assert parsed["From"].addresses[0].display_name == "Zoë Ü"
     assert parsed["X-Tag"] == "ünï"
     assert envelope.mail_from == "zoe@example.com"
+
+
+# -- the quoted-printable soft breaks, pinned ----------------------------------------
+
+
+def _reference_soft_break(line: bytes) -> bytes:
+    """The soft-break rule written plainly (the builder's first version): pieces of 75
+    octets, a piece ending early rather than cutting an "=XX" escape in two."""
+    pieces = []
+    start = 0
+    while len(line) - start > 76:
+        cut = start + 75
+        while b"=" in line[cut - 2 : cut]:
+            cut -= 1
+        pieces.append(line[start:cut])
+        start = cut
+    pieces.append(line[start:])
+    return b"=\r\n".join(pieces)
+
+
+qp_line = st.lists(st.sampled_from([b"a", b" ", b"\t", b"=3D", b"xyz"]), min_size=26,
+                   max_size=400).map(b"".join).flatmap(
+    lambda body: st.sampled_from([body, body + b"=20", body + b"=09"]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(line=qp_line)
+def test_soft_breaks_are_the_reference_rules_byte_for_byte(line: bytes) -> None:
+    # The fast paths (no escape; only the escaped whitespace at the end) must write the
+    # same wire bytes as the plain rule.
+    if len(line) > 76:
+        assert mime._soft_break(line) == _reference_soft_break(line)
+
+
+@pytest.mark.parametrize("tail", ["", " ", "\t", "=", " ="])
+@pytest.mark.parametrize("length", [74, 75, 76, 77, 149, 150, 151, 152, 153, 2_000])
+def test_long_lines_parse_strictly_and_decode_exactly(length: int, tail: str) -> None:
+    text = ("Line of text. " * 200)[:length] + tail + "\nnext line\n"
+    data = message(text=text, html=f"<p>{text}</p>")
+    check_wire_format(data)
+    strict = BytesParser(policy=email.policy.strict).parsebytes(data)
+    check_no_defects(strict)
+    parts = [cast(EmailMessage, p) for p in strict.iter_parts()]
+    assert decoded(parts[0]) == text
+    assert decoded(parts[1]) == f"<p>{text}</p>\n"
+    body = data.split(b"\r\n\r\n", 2)[2].split(b"\r\n--", 1)[0]
+    assert quopri.decodestring(body.replace(b"\r\n", b"\n")) == text.encode()
+
+
+def test_template_sized_body_wire_bytes_are_pinned() -> None:
+    # One exact body: the long line of the throughput benchmark's template, ending in a
+    # space. Any change to the encoder that moves a byte shows here.
+    cte, body = mime.encode_body("Hi,\n" + "Line of text. " * 12 + "\n")
+    assert cte == "quoted-printable"
+    assert body == (
+        b"Hi,\r\n"
+        b"Line of text. Line of text. Line of text. Line of text. Line of text. Line =\r\n"
+        b"of text. Line of text. Line of text. Line of text. Line of text. Line of te=\r\n"
+        b"xt. Line of text.=20\r\n")

@@ -386,3 +386,20 @@ def test_any_sender_enqueue_accepts_renders(renderer: Renderer, name: str) -> No
     except RenderError as exc:
         raise AssertionError(f"enqueue accepted {name!r}, the renderer refused it: {exc}") \
             from exc
+
+
+def test_a_failure_building_the_wire_form_is_a_render_error(
+    renderer: Renderer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rendering checks everything first, so the MIME builder should never fail; if it
+    # does, the attempt must see a RenderError (permanent), not a transport crash.
+    from mailout import mime
+
+    envelope = renderer.render(claimed())
+
+    def broken(*_args: object) -> bytes:
+        raise UnicodeEncodeError("ascii", "é", 0, 1, "a builder bug")
+
+    monkeypatch.setattr(mime, "build", broken)
+    with pytest.raises(RenderError, match="UnicodeEncodeError"):
+        _ = envelope.wire

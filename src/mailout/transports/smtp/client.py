@@ -482,9 +482,10 @@ async def _content(smtp: aiosmtplib.SMTP, data: bytes, attempt: _Attempt) -> Sen
     protocol._response_pending = True  # as execute_data_command: a reply is now due
     await _write_content(protocol, data)
     reply = _reply(await _next_reply(protocol))
+    # The RCPT replies go in now, so that _run need not copy the outcome to add them.
     if reply.code // 100 == smtpcodes.POSITIVE:
-        return SendOutcome(Stage.BODY, reply=reply)
-    return SendOutcome(Stage.BODY, reply=reply, failure=Failure.REPLY)
+        return SendOutcome(Stage.BODY, reply=reply, rcpt_replies=attempt.rcpt)
+    return SendOutcome(Stage.BODY, reply=reply, failure=Failure.REPLY, rcpt_replies=attempt.rcpt)
 
 
 WRITE_CHUNK: Final = 256 * 1024  # large contents go out in pieces of this size
