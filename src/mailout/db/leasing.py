@@ -222,14 +222,14 @@ _CLAIMED_COLUMNS = tuple(messages.c[name] for name in (
 
 
 def _claimed_rows(conn: Connection,
-                  rows: Sequence[Mapping[str, Any]]) -> list[ClaimedMessage]:
+                  rows: Sequence[Mapping[Any, Any]]) -> list[ClaimedMessage]:
     claimed = [_claimed(r) for r in rows]
     _log_abandoned(conn, [r for r in rows if r["prev_status"] == Status.SENDING.value])
     claimed.sort(key=lambda m: (-m.priority, m.id))
     return claimed
 
 
-def _claimed(m: Mapping[str, Any]) -> ClaimedMessage:
+def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
     return ClaimedMessage(
         id=m["id"],
         key=m["idempotency_key"],
@@ -275,7 +275,7 @@ def stored_addresses(stored: Mapping[str, Any] | None) -> dict[str, Any]:
             for f in _ADDRESS_FIELDS}
 
 
-def _log_abandoned(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+def _log_abandoned(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> None:
     if not rows:
         return
     conn.execute(
