@@ -44,6 +44,8 @@ _QP_LINE = 76  # quoted-printable line length (RFC 2045)
 # "=", and tab; plus the line end itself.
 _QP_LITERAL = bytes(range(0x20, 0x7F)).replace(b"=", b"") + b"\t\n"
 _TRAILING_WHITESPACE = (b"=20", b"=09")  # a space or tab before a line break, escaped
+_ESCAPED_WHITESPACE = {0x20: b"=20", 0x09: b"=09"}
+_FEW_LINES = 16  # up to this many lines, trailing whitespace is looked for line by line
 
 _EW_PREFIX = "=?utf-8?b?"
 _EW_OVERHEAD = len(_EW_PREFIX) + len("?=")
@@ -205,7 +207,15 @@ def _quoted_printable(data: bytes) -> bytes:
         # Printable ASCII, tabs and line ends (the common case for generated text and
         # HTML): only "=" and whitespace at a line end need escaping (RFC 2045 6.7).
         escaped = data.replace(b"=", b"=3D")
-        lines = escaped.replace(b" \n", b"=20\n").replace(b"\t\n", b"=09\n").split(b"\n")
+        if escaped.count(b"\n") < _FEW_LINES:
+            # A look at each line's last octet: cheaper than two searches of the whole
+            # text for " \n" and "\t\n" (slow where spaces are frequent, as in text).
+            lines = [line[:-1] + _ESCAPED_WHITESPACE[line[-1]]
+                     if line and line[-1] in _ESCAPED_WHITESPACE else line
+                     for line in escaped.split(b"\n")]
+        else:
+            escaped = escaped.replace(b" \n", b"=20\n").replace(b"\t\n", b"=09\n")
+            lines = escaped.split(b"\n")
     else:
         # istext: "\n" stays a hard line break; with only "\n" in the input every
         # break comes out as "\n" (soft ones as "=\n").

@@ -341,6 +341,16 @@ def test_long_lines_parse_strictly_and_decode_exactly(length: int, tail: str) ->
     assert quopri.decodestring(body.replace(b"\r\n", b"\n")) == text.encode()
 
 
+@pytest.mark.parametrize("lines", [1, 15, 16, 17, 60])
+def test_trailing_whitespace_is_escaped_however_many_lines(lines: int) -> None:
+    # Few lines are looked at one by one, many by searching the whole text.
+    text = "".join(f"line {i}{' ' if i % 2 else chr(9)}\n" for i in range(lines))
+    cte, body = mime.encode_body(text)
+    assert cte == "quoted-printable"
+    assert body == "".join(f"line {i}{'=20' if i % 2 else '=09'}\r\n"
+                           for i in range(lines)).encode()
+
+
 def test_template_sized_body_wire_bytes_are_pinned() -> None:
     # One exact body: the long line of the throughput benchmark's template, ending in a
     # space. Any change to the encoder that moves a byte shows here.
