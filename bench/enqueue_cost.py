@@ -1,19 +1,40 @@
-"""What an enqueue adds to a business transaction, on PostgreSQL.
+"""What an enqueue adds to a business transaction, on PostgreSQL, against a bare INSERT.
 
-Each transaction inserts one business row (an order); half of them also enqueue
-the order's confirmation e-mail. The two kinds alternate in blocks so that drift
-in the machine's speed hits both alike. Prints per-transaction times and the ratio.
+1. One connection. Each transaction inserts one business row (an order) and then
+   either nothing more, a hand-written INSERT of the same outbox row enqueue writes
+   (no validation, no NOTIFY), ``enqueue()`` without NOTIFY, or ``enqueue()`` with it
+   (the default). The four kinds alternate in blocks so that drift in the machine's
+   speed hits all alike. Prints the time each adds to the order-only transaction and
+   the ratio of enqueue's addition to the bare INSERT's (target <= 1.25).
+2. ``--clients`` processes (default 16), each with its own connection, run the same
+   order + outbox transactions as fast as they can for ``--seconds``; the kinds
+   alternate in rounds, and each prints transactions per second over all clients.
+   PostgreSQL serialises the commits of transactions that NOTIFY (a database-wide
+   lock held through the commit's WAL flush); this shows what that costs.
 
-    .venv/bin/python bench/enqueue_cost.py [--transactions 4000]
+    .venv/bin/python -m bench.enqueue_cost [--transactions 4000] [--clients 16] [--seconds 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import statistics
 import time
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, insert
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    insert,
+    text,
+)
 
 from bench.common import scratch_database
 from mailout import db
@@ -24,55 +45,150 @@ meta = MetaData()
 orders = Table("orders", meta, Column("id", BigInteger, primary_key=True),
                Column("customer", String(100)), Column("total_cents", Integer))
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
+QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
+KINDS = ("order only", "+ bare INSERT", "+ enqueue, no NOTIFY", "+ enqueue (NOTIFY)")
+TARGET_RATIO = 1.25
+
+# The row enqueue writes for the call in _outbox, written by hand: the columns it sets,
+# its database-clock times, its default age limit (3 days for the default queue).
+BARE_INSERT = text("""
+INSERT INTO mailout_messages (idempotency_key, queue, priority, status, recipient, template,
+    params, message_id, addresses, created_at, next_attempt_at, expires_at)
+VALUES (:key, 'default', 0, 'pending', :to, 'order_confirmation', CAST(:params AS jsonb),
+    :message_id, NULL, clock_timestamp(), clock_timestamp(),
+    clock_timestamp() + interval '3 days')
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id
+""")
 
 
-def run(url: str, total: int, block: int, warmup: int = 200) -> tuple[list[float], list[float]]:
+def _outbox(conn: Connection, kind: str, n: int) -> None:
+    """The outbox write of one transaction of ``kind`` for order ``n``."""
+    if kind == KINDS[0]:
+        return
+    if kind == KINDS[1]:
+        conn.execute(BARE_INSERT, {
+            "key": f"order-{n}-confirmation", "to": f"customer{n}@example.com",
+            "params": f'{{"order_id": {n}, "total": "12.34", "items": ["a", "b"]}}',
+            "message_id": f"<order{n}.{os.getpid()}@shop.example.com>"}).scalar_one()
+        return
+    enqueue(conn, to=f"customer{n}@example.com", template="order_confirmation",
+            params={"order_id": n, "total": "12.34", "items": ["a", "b"]},
+            key=f"order-{n}-confirmation", settings=SETTINGS if kind == KINDS[3] else QUIET)
+
+
+def _transaction(engine: Engine, kind: str, n: int) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(orders).values(id=n, customer=f"c{n}", total_cents=n))
+        _outbox(conn, kind, n)
+
+
+def single(url: str, total: int, block: int, warmup: int = 200) -> dict[str, list[float]]:
     engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    meta.create_all(engine)
-    plain: list[float] = []
-    with_mail: list[float] = []
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
     n = 0
-    for b in range(-2, total // block):
-        mail = b % 2 == 1
-        size = warmup // 2 if b < 0 else block  # the first two blocks only warm up
+    for b in range(-len(KINDS), total // block):
+        kind = KINDS[b % len(KINDS)]
+        size = warmup // len(KINDS) if b < 0 else block  # the first blocks only warm up
         for _ in range(size):
             n += 1
             t0 = time.perf_counter()
-            with engine.begin() as conn:
-                conn.execute(insert(orders).values(id=n, customer=f"c{n}", total_cents=n))
-                if mail:
-                    enqueue(conn, to=f"customer{n}@example.com", template="order_confirmation",
-                            params={"order_id": n, "total": "12.34", "items": ["a", "b"]},
-                            key=f"order-{n}-confirmation", settings=SETTINGS)
+            _transaction(engine, kind, n)
             if b >= 0:
-                (with_mail if mail else plain).append(time.perf_counter() - t0)
+                times[kind].append(time.perf_counter() - t0)
     engine.dispose()
-    return plain, with_mail
+    return times
+
+
+def _client(url: str, kind: str, first: int, seconds: float, start: float,
+            done: multiprocessing.Queue[int]) -> None:
+    engine = db.make_engine(url)
+    _transaction(engine, KINDS[0], first)  # connect before the clock starts
+    while time.time() < start:
+        time.sleep(0.001)
+    n = first + 1
+    while time.time() < start + seconds:
+        _transaction(engine, kind, n)
+        n += 1
+    engine.dispose()
+    done.put(n - first - 1)
+
+
+def concurrent(url: str, clients: int, seconds: float, rounds: int,
+               base: int) -> dict[str, list[float]]:
+    """Transactions per second over ``clients`` processes, per kind, one per round."""
+    rates: dict[str, list[float]] = {k: [] for k in KINDS[1:]}
+    ctx = multiprocessing.get_context("spawn")
+    for r in range(rounds):
+        for i, kind in enumerate(KINDS[1:]):
+            done: multiprocessing.Queue[int] = ctx.Queue()
+            start = time.time() + 3.0  # spawned interpreters import mailout first
+            offset = base + (r * len(KINDS) + i) * clients * 10_000_000
+            procs = [ctx.Process(target=_client, args=(url, kind, offset + c * 10_000_000,
+                                                       seconds, start, done))
+                     for c in range(clients)]
+            for p in procs:
+                p.start()
+            total = sum(done.get(timeout=seconds + 120) for _ in procs)
+            for p in procs:
+                p.join(30)
+            rates[kind].append(total / seconds)
+    return rates
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--transactions", type=int, default=4000)
     ap.add_argument("--block", type=int, default=200)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    load = [os.getloadavg()[0]]
     with scratch_database() as url:
-        plain, with_mail = run(url, args.transactions, args.block)
-    _report(plain, with_mail)
+        engine = db.make_engine(url)
+        migrate.upgrade(engine)
+        meta.create_all(engine)
+        engine.dispose()
+        times = single(url, args.transactions, args.block)
+        load.append(os.getloadavg()[0])
+        rates = concurrent(url, args.clients, args.seconds, args.rounds, base=10**9) \
+            if args.clients else {}
+        load.append(os.getloadavg()[0])
+    _report(times, rates, args, load)
 
 
-def _report(plain: list[float], with_mail: list[float]) -> None:
-    def ms(xs: list[float], q: float) -> float:
-        return statistics.quantiles(xs, n=100)[int(q) - 1] * 1000
+def _report(times: dict[str, list[float]], rates: dict[str, list[float]],
+            args: argparse.Namespace, load: list[float]) -> None:
+    def ms(xs: list[float]) -> float:
+        return statistics.median(xs) * 1000
 
-    print(f"{'transaction':<28}{'n':>6}{'mean ms':>10}{'p50 ms':>9}{'p95 ms':>9}")
-    for name, xs in (("order only", plain), ("order + enqueue", with_mail)):
-        print(f"{name:<28}{len(xs):>6}{statistics.fmean(xs) * 1000:>10.3f}"
-              f"{ms(xs, 50):>9.3f}{ms(xs, 95):>9.3f}")
-    mean_ratio = statistics.fmean(with_mail) / statistics.fmean(plain)
-    median_ratio = statistics.median(with_mail) / statistics.median(plain)
-    print(f"enqueue adds {100 * (mean_ratio - 1):.1f}% (mean), "
-          f"{100 * (median_ratio - 1):.1f}% (median); target <= 15%")
+    print(f"load average (1 min) {', '.join(f'{x:.1f}' for x in load)}")
+    print(f"\none connection, {args.transactions} transactions per kind")
+    print(f"{'transaction':<28}{'n':>6}{'p50 ms':>9}{'mean ms':>9}{'adds p50':>10}"
+          f"{'adds mean':>11}")
+    base_p50, base_mean = ms(times[KINDS[0]]), statistics.fmean(times[KINDS[0]]) * 1000
+    added: dict[str, tuple[float, float]] = {}
+    for kind in KINDS:
+        p50, mean = ms(times[kind]), statistics.fmean(times[kind]) * 1000
+        added[kind] = (p50 - base_p50, mean - base_mean)
+        print(f"{kind:<28}{len(times[kind]):>6}{p50:>9.3f}{mean:>9.3f}"
+              f"{added[kind][0]:>+10.3f}{added[kind][1]:>+11.3f}")
+    bare = added[KINDS[1]]
+    for kind in KINDS[2:]:
+        p50_ratio, mean_ratio = added[kind][0] / bare[0], added[kind][1] / bare[1]
+        print(f"{kind} adds {p50_ratio:.2f}x (p50), {mean_ratio:.2f}x (mean) what the bare "
+              f"INSERT adds (target <= {TARGET_RATIO}x)")
+    if not rates:
+        return
+    print(f"\n{args.clients} connections, {args.seconds:.0f} s per round, {args.rounds} rounds "
+          "interleaved: order + outbox transactions per second (all clients)")
+    for kind, xs in rates.items():
+        runs = ", ".join(f"{x:.0f}" for x in xs)
+        print(f"{kind:<28}{statistics.median(xs):>9.0f}/s  (rounds: {runs})")
+    quiet, loud = statistics.median(rates[KINDS[2]]), statistics.median(rates[KINDS[3]])
+    print(f"NOTIFY costs {100 * (1 - loud / quiet):.1f}% of the throughput at "
+          f"{args.clients} connections")
 
 
 if __name__ == "__main__":

@@ -176,6 +176,16 @@ class Lane:
     name: str
     queues: tuple[str, ...]
     concurrency: int
+    # Worker processes of its own (``critical:4@1``): this lane runs alone in that many
+    # processes, so no other lane's rendering shares its event loop. None: it runs in
+    # the shared processes, together with the other unpinned lanes.
+    processes: int | None = None
+
+    @property
+    def spec(self) -> str:
+        """This lane as a MAILOUT_LANES entry, without the processes (``a=b+c:4``)."""
+        head = self.name if self.queues == (self.name,) else f"{self.name}={'+'.join(self.queues)}"
+        return f"{head}:{self.concurrency}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +203,11 @@ DEFAULT_MAX_AGE = {"critical": 15 * 60.0, "bulk": 3 * 86400.0}
 
 
 def parse_lanes(spec: str, setting: str = "MAILOUT_LANES") -> list[Lane]:
-    """Parse a lane spec; raise ConfigError naming ``setting`` with what is wrong."""
+    """Parse a lane spec; raise ConfigError naming ``setting`` with what is wrong.
+
+    ``name[=queue+queue]:concurrency[@processes]``, comma-separated; ``@processes``
+    pins the lane to that many worker processes of its own (see :class:`Lane`).
+    """
     lanes: list[Lane] = []
     seen_queues: set[str] = set()
     for part in (p.strip() for p in spec.split(",")):
@@ -202,6 +216,7 @@ def parse_lanes(spec: str, setting: str = "MAILOUT_LANES") -> list[Lane]:
         head, sep, count = part.rpartition(":")
         if not sep:
             raise ConfigError(setting, f"lane {part!r} needs a concurrency, like {part}:4")
+        count, at, own = count.partition("@")
         name, eq, queue_list = head.partition("=")
         queues = tuple(q.strip() for q in queue_list.split("+")) if eq else (name,)
         for q in (name, *queues):
@@ -210,13 +225,16 @@ def parse_lanes(spec: str, setting: str = "MAILOUT_LANES") -> list[Lane]:
         if not count.isdigit() or int(count) < 1:
             raise ConfigError(setting, f"lane {name!r}: concurrency must be a whole number "
                               f"of at least 1, got {count!r}")
+        if at and (not own.isdigit() or int(own) < 1):
+            raise ConfigError(setting, f"lane {name!r}: processes after @ must be a whole "
+                              f"number of at least 1, got {own!r}")
         if any(lane.name == name for lane in lanes):
             raise ConfigError(setting, f"lane {name!r} is given twice")
         overlap = seen_queues & set(queues)
         if overlap:
             raise ConfigError(setting, f"queue {sorted(overlap)[0]!r} is in two lanes")
         seen_queues |= set(queues)
-        lanes.append(Lane(name, queues, int(count)))
+        lanes.append(Lane(name, queues, int(count), int(own) if at else None))
     return lanes
 
 

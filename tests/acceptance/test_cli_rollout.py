@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from mailout import db
 from mailout.db import migrate
@@ -113,3 +113,26 @@ def test_worker_processes_and_lanes(tmp_path: Path, smtp_server: SmtpTestServer)
     bad = mailout("worker", "--lanes", "critical", env=env, expect=1)
     assert "MAILOUT_LANES" in bad.stderr
     assert "concurrency" in bad.stderr
+
+
+def test_worker_lanes_pinned_to_processes_of_their_own(
+    tmp_path: Path, smtp_server: SmtpTestServer
+) -> None:
+    # critical:2@1 runs alone in one process, bulk:2@2 in two others: three children
+    # drain both queues, each message once.
+    url = _db(tmp_path)
+    env = worker_env(url, smtp_server)
+    engine = db.make_engine(url)
+    with engine.begin() as conn:
+        for i in range(30):
+            enqueue(conn, to=f"u{i}@example.com", subject="Hi", text="x",
+                    queue="critical" if i % 3 == 0 else "bulk", settings=SETTINGS)
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(messages)).scalar_one() == 30
+    engine.dispose()
+    mailout("worker", "--lanes", "critical:2@1,bulk:2@2", "--until-idle", env=env)
+    ids = [m.message_id for m in smtp_server.messages]
+    assert (len(ids), len(set(ids))) == (30, 30)
+    bad = mailout("worker", "--processes", "2", "--lanes", "critical:2@1", "--until-idle",
+                  env=env, expect=2)
+    assert "no lane left to run" in bad.stderr

@@ -15,6 +15,7 @@ from mailout.policy import (
     setting_seconds,
 )
 from mailout.worker.ratelimit import TokenBucket
+from mailout.worker.supervisor import process_plan
 
 DEFAULT = QueuePolicy(RetryPolicy(), 86400.0)
 
@@ -95,3 +96,29 @@ def test_token_bucket_paces_after_its_burst() -> None:
     bucket.give_back(2)
     assert bucket.take(10) == 2
     assert bucket.wait_time() == pytest.approx(0.1)
+
+
+def test_lanes_pinned_to_processes() -> None:
+    assert parse_lanes("critical:4@1,bulk=bulk+news:16@2,default:8") == [
+        Lane("critical", ("critical",), 4, 1), Lane("bulk", ("bulk", "news"), 16, 2),
+        Lane("default", ("default",), 8),
+    ]
+
+
+@pytest.mark.parametrize("spec", ["critical:4@", "critical:4@0", "critical:4@x"])
+def test_bad_process_counts_say_what_is_wrong(spec: str) -> None:
+    with pytest.raises(ConfigError, match="processes after @"):
+        parse_lanes(spec)
+
+
+def test_process_plan_gives_pinned_lanes_their_own_processes() -> None:
+    lanes = parse_lanes("critical:4@1,bulk=bulk+news:16@2,default:8,other:2")
+    assert process_plan(lanes, 2) == [
+        "default:8,other:2", "default:8,other:2", "critical:4", "bulk=bulk+news:16",
+        "bulk=bulk+news:16",
+    ]
+    assert process_plan(parse_lanes("critical:4@1,bulk:16@2"), 1) == [
+        "critical:4", "bulk:16", "bulk:16"]
+    assert process_plan(parse_lanes("critical:4,bulk:16"), 3) is None  # nothing pinned
+    with pytest.raises(ValueError, match="no lane left"):
+        process_plan(parse_lanes("critical:4@1"), 2)

@@ -35,6 +35,7 @@ from mailout.db import actions, admin, audit, migrate
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.logs import configure_logging
 from mailout.models import Status
+from mailout.policy import Lane
 
 # -- commands ----------------------------------------------------------------
 
@@ -78,7 +79,8 @@ def db_sql(dialect: str) -> None:
 @click.option("--queues", help="Comma-separated queues to serve (default: all).")
 @click.option("--concurrency", type=click.IntRange(min=1),
               help="Concurrent sends [env: MAILOUT_CONCURRENCY].")
-@click.option("--lanes", help="Lanes, e.g. critical:4,default:8,bulk:2 [env: MAILOUT_LANES].")
+@click.option("--lanes", help="Lanes, e.g. critical:4,default:8,bulk:2; critical:4@1 runs "
+                               "that lane alone in 1 process of its own [env: MAILOUT_LANES].")
 @click.option("--poll-only", is_flag=True,
               help="No LISTEN/NOTIFY, poll only (PgBouncer in transaction mode).")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
@@ -106,25 +108,28 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
         raise click.UsageError("give --lanes or --queues, not both")
     settings = config.load(database_url=obj["db_url"], concurrency=concurrency, lanes=lanes,
                            listen=False if poll_only else None)
-    if processes > 1:
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    plan = _process_plan(settings.lane_list(names), processes)
+    if processes > 1 or plan is not None:
         from mailout.worker.supervisor import supervise
 
         args = [*(["--db", obj["db_url"]] if obj["db_url"] else []), "worker"]
         args += [f"--queues={queues}"] if queues else []
         args += [f"--concurrency={concurrency}"] if concurrency else []
-        args += [f"--lanes={lanes}"] if lanes else []
+        args += [f"--lanes={lanes}"] if lanes and plan is None else []
         args += ["--poll-only"] * poll_only + ["--until-idle"] * until_idle
         args += [f"--log-format={log_format}"] if log_format else []
         port = metrics_port  # one port per child: each is its own Prometheus target
 
         def per_child(i: int) -> list[str]:
-            return [f"--metrics-port={port + i}"] if port else []
-        raise click.exceptions.Exit(supervise(processes, args, until_idle=until_idle,
+            own = [f"--lanes={plan[i]}"] if plan is not None else []
+            return own + ([f"--metrics-port={port + i}"] if port else [])
+        children = processes if plan is None else len(plan)
+        raise click.exceptions.Exit(supervise(children, args, until_idle=until_idle,
                                               per_child=per_child))
     if log_format:
         configure_logging(log_format, logging.getLogger().level)
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
-    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     worker = run_worker(settings, queues=names, until_idle=until_idle,
                         metrics_port=metrics_port)
     if worker.halted is not None:
@@ -134,6 +139,17 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
         raise click.exceptions.Exit(EXIT_TRANSPORT_DOWN)
     if until_idle:
         click.echo(f"idle: {worker.sent} sent")
+
+
+def _process_plan(lanes: list[Lane], processes: int) -> list[str] | None:
+    """Each worker process's lanes when a lane is pinned (``@N``); a usage error when
+    the plan cannot run (see worker.supervisor.process_plan)."""
+    from mailout.worker.supervisor import process_plan
+
+    try:
+        return process_plan(lanes, processes)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 @cli.command("enqueue")

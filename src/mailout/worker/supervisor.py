@@ -3,10 +3,11 @@
 One Python process is bound to one core by the interpreter lock; a worker is mostly
 CPU-bound on rendering and protocol work, so a machine with several cores runs
 several. The supervisor starts N ``mailout worker`` children with the same options
-(lanes included: each child runs every lane), forwards SIGTERM/SIGINT so they drain
-gracefully, and restarts a child that dies unexpectedly (after a short pause, so a
-child failing at startup cannot spin). With ``--until-idle`` it waits for all of
-them and exits with the worst exit code.
+(lanes included: each child runs every lane, unless a lane is pinned to processes of
+its own with ``name:4@1``, see :func:`process_plan`), forwards SIGTERM/SIGINT so
+they drain gracefully, and restarts a child that dies unexpectedly (after a short
+pause, so a child failing at startup cannot spin). With ``--until-idle`` it waits
+for all of them and exits with the worst exit code.
 """
 
 from __future__ import annotations
@@ -19,9 +20,32 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from mailout.policy import Lane
+
 log = logging.getLogger("mailout.worker.runtime")
 
 RESTART_PAUSE = 1.0
+
+
+def process_plan(lanes: Sequence[Lane], processes: int) -> list[str] | None:
+    """The lanes (a MAILOUT_LANES spec) each worker process runs, one entry per process;
+    None when no lane is pinned (every process runs every lane).
+
+    A pinned lane (``critical:4@1``) runs alone in its own processes, so a bulk lane's
+    rendering never holds its event loop; the unpinned lanes run together in
+    ``processes`` processes. Raises ValueError when every lane is pinned and
+    ``processes`` asks for more than one shared process (it would have nothing to run).
+    """
+    if all(lane.processes is None for lane in lanes):
+        return None
+    shared = [lane.spec for lane in lanes if lane.processes is None]
+    if not shared and processes > 1:
+        raise ValueError("every lane is pinned to its own processes (@N): "
+                         "--processes has no lane left to run")
+    plan = [",".join(shared)] * processes if shared else []
+    for lane in lanes:
+        plan += [lane.spec] * (lane.processes or 0)
+    return plan
 
 
 def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool,
