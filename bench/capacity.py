@@ -3,10 +3,12 @@
 Three measurements on a scratch database of the benchmark server (bench/common.py)
 and Postfix's ``smtp-sink``:
 
-1. Database cost per message while one worker drains N template messages: commits,
-   rows inserted/updated/deleted and blocks written (``pg_stat_database`` of the
-   scratch database), and WAL bytes (``pg_current_wal_lsn()`` before and after). WAL
-   is counted for the whole server: run it on a quiet server for a clean figure.
+1. Database cost per message while one worker (in this process) drains N template
+   messages: statements and transactions it sends (counted by its engine), commits,
+   rows inserted/updated/deleted and blocks (``pg_stat_database`` of the scratch
+   database), WAL bytes (``pg_current_wal_lsn()`` before and after; WAL is counted
+   for the whole server: run it on a quiet server for a clean figure), and the CPU
+   of the worker's PostgreSQL backends (``/proc``: the server must run here).
 2. Scale-out: ``--processes`` worker processes (default 8) drain N messages together.
    Checks that every row was sent exactly once (one ``sent`` attempt per row, no
    other attempt, no fenced completion) and, meanwhile, times single-row claims from
@@ -21,6 +23,8 @@ and Postfix's ``smtp-sink``:
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -31,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, event, func, select, text
 
 from bench.common import run_workers, scratch_database, smtp_sink, worker_env, write_templates
 from bench.throughput import HISTORY_SQL, analyze, fill, reset
-from mailout import db
+from mailout import config, db
 from mailout.db import leasing, migrate
 from mailout.db.schema import attempts, messages
+from mailout.worker.build import build_worker
 
 COUNTERS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "blks_hit",
             "blks_read")
@@ -48,6 +53,10 @@ class DbCost:
     per_message: dict[str, float]
     wal_bytes_per_message: float
     rate: float
+    statements_per_message: float  # counted by the worker's engine
+    transactions_per_message: float
+    pg_cpu_per_message: float  # seconds of the worker's PostgreSQL backends
+    worker_cpu_per_message: float  # seconds of the worker process (all its threads)
 
 
 def _counters(engine: Engine) -> dict[str, float]:
@@ -60,17 +69,58 @@ def _counters(engine: Engine) -> dict[str, float]:
     return {**{c: float(v) for c, v in zip(COUNTERS, row, strict=True)}, "wal": float(wal)}
 
 
+def _backend_cpu(engine: Engine, pids: set[int]) -> float:
+    """User + system CPU seconds so far of the database's backends other than the one
+    asking (their /proc entries: the server runs on this machine), noting their pids."""
+    with engine.connect() as conn:
+        pids |= set(conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")).scalars())
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone: its CPU is lost, so backends are read while still open
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def db_cost(engine: Engine, env: dict[str, str], templates: Path, n: int) -> DbCost:
+    """One worker drains ``n`` messages in this process, so that its engine can count
+    the statements it sends and its backends stay open to be read at the end."""
     reset(engine)
     fill(engine, n, templates, "cost")
     analyze(engine)
+    os.environ.update(env)
+    settings = config.load()
+    worker_engine = db.make_engine(settings.database_url)
+    counts = {"statements": 0, "transactions": 0}
+
+    def statement(*_args: Any) -> None:
+        counts["statements"] += 1
+
+    def commit(*_args: Any) -> None:
+        counts["transactions"] += 1
+
+    event.listen(worker_engine, "before_cursor_execute", statement)
+    event.listen(worker_engine, "commit", commit)
+    worker = build_worker(settings, engine=worker_engine, until_idle=True)
     time.sleep(1.0)  # let the fill's statistics reach pg_stat_database
-    before = _counters(engine)
-    run = run_workers(env, 1)
+    pids: set[int] = set()
+    before, pg_before = _counters(engine), _backend_cpu(engine, pids)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    asyncio.run(worker.run())
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    pg = _backend_cpu(engine, pids) - pg_before
+    worker.alerts.close()
+    worker_engine.dispose()
     time.sleep(1.0)
     after = _counters(engine)
     diff = {k: (after[k] - before[k]) / n for k in COUNTERS}
-    return DbCost(diff, (after["wal"] - before["wal"]) / n, n / run.wall)
+    return DbCost(diff, (after["wal"] - before["wal"]) / n, n / wall,
+                  counts["statements"] / n, counts["transactions"] / n, pg / n, cpu / n)
 
 
 @dataclass
@@ -178,10 +228,15 @@ def main() -> None:
             print(f"purging {args.history:,} rows while a worker drains...", flush=True)
             results = purge_while_draining(engine, url, env, templates, args.n, args.history)
         engine.dispose()
-    print(f"\nper message (1 worker, {cost.rate:.0f} msg/s):")
+    print(f"\nper message (1 worker in this process, {cost.rate:.0f} msg/s; load average "
+          f"{os.getloadavg()[0]:.1f}):")
+    print(f"  {'statements':<14}{cost.statements_per_message:>10.2f}  (sent by the worker)")
+    print(f"  {'transactions':<14}{cost.transactions_per_message:>10.3f}  (its commits)")
     for name, value in cost.per_message.items():
         print(f"  {name:<14}{value:>10.2f}")
     print(f"  {'WAL bytes':<14}{cost.wal_bytes_per_message:>10.0f}  (whole server)")
+    print(f"  {'PG CPU':<14}{cost.pg_cpu_per_message * 1e6:>10.0f}  us (the worker's backends)")
+    print(f"  {'worker CPU':<14}{cost.worker_cpu_per_message * 1e6:>10.0f}  us (all its threads)")
     print(f"\n{scale.processes} worker processes: {scale.rate:.0f} msg/s; exactly once: "
           f"{'yes' if not scale.problems else 'NO'}")
     for problem in scale.problems:
