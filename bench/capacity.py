@@ -37,7 +37,14 @@ from typing import Any
 
 from sqlalchemy import Engine, event, func, select, text
 
-from bench.common import run_workers, scratch_database, smtp_sink, worker_env, write_templates
+from bench.common import (
+    run_workers,
+    scratch_database,
+    smtp_sink,
+    stand_in_autovacuum,
+    worker_env,
+    write_templates,
+)
 from bench.throughput import HISTORY_SQL, analyze, fill, reset
 from mailout import config, db
 from mailout.db import leasing, migrate
@@ -221,13 +228,18 @@ def main() -> None:
         env = worker_env(url, port, templates, args.concurrency)
         print(f"database cost of {args.n} messages, 1 worker...", flush=True)
         cost = db_cost(engine, env, templates, args.n)
-        print(f"{args.processes} workers on {args.n} messages...", flush=True)
-        scale = scale_out(engine, url, env, templates, args.n, args.processes)
-        results: Any = None
-        if args.history:
-            print(f"purging {args.history:,} rows while a worker drains...", flush=True)
-            results = purge_while_draining(engine, url, env, templates, args.n, args.history)
+        with stand_in_autovacuum(url) as vacuuming:
+            print(f"{args.processes} workers on {args.n} messages...", flush=True)
+            scale = scale_out(engine, url, env, templates, args.n, args.processes)
+            results: Any = None
+            if args.history:
+                print(f"purging {args.history:,} rows while a worker drains...", flush=True)
+                results = purge_while_draining(engine, url, env, templates, args.n,
+                                               args.history)
         engine.dispose()
+    if vacuuming:
+        print("\n(the server runs without autovacuum: during 2 and 3 the outbox table was "
+              "vacuumed every 5 s instead)")
     print(f"\nper message (1 worker in this process, {cost.rate:.0f} msg/s; load average "
           f"{os.getloadavg()[0]:.1f}):")
     print(f"  {'statements':<14}{cost.statements_per_message:>10.2f}  (sent by the worker)")

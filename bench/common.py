@@ -6,12 +6,14 @@ else the local service at 127.0.0.1:5432 (the machine's default).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -139,3 +141,36 @@ def run_workers(env: dict[str, str], processes: int) -> WorkerRun:
             tail = errors.read().decode(errors="replace")[-3000:]
             raise RuntimeError(f"worker exited with {failed}:\n{tail}")
     return WorkerRun(elapsed, started_at, peaks, cpu)
+
+
+@contextmanager
+def stand_in_autovacuum(url: str, every: float = 5.0) -> Iterator[bool]:
+    """VACUUM the outbox table every ``every`` seconds meanwhile, if the server runs
+    without autovacuum (this machine's test server does); yields whether it does.
+
+    Each send leaves dead row versions behind in the claim's indexes; without vacuum
+    they pile up and every claim walks past them (a 50,000-message backlog made
+    claims take 30 ms here). docs/capacity.md gives the per-table autovacuum settings
+    a deployment should use instead.
+    """
+    admin = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        off = conn.execute("SHOW autovacuum").fetchone() == ("off",)
+    if not off:
+        yield False
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            while not stop.wait(every):
+                with contextlib.suppress(psycopg.errors.UndefinedTable):  # not migrated yet
+                    conn.execute("VACUUM mailout_messages")
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield True
+    finally:
+        stop.set()
+        thread.join(60)
