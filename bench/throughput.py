@@ -25,6 +25,7 @@ table:
 from __future__ import annotations
 
 import argparse
+import os
 import smtplib
 import statistics
 import tempfile
@@ -63,6 +64,7 @@ TARGETS = {1: 1_500, 2: 2_500}
 
 @dataclass
 class Drain:
+    label: str  # "" for this tree's workers, else the --before tree's name
     processes: int
     sent: int
     wall: float
@@ -106,11 +108,15 @@ def fill(engine: Engine, n: int, templates: Path, tag: str) -> None:
 
 
 def drain(engine: Engine, url: str, port: int, templates: Path, n: int, processes: int,
-          concurrency: int) -> Drain:
+          concurrency: int, src: str | None = None) -> Drain:
+    """One drain by ``processes`` workers; ``src``: run the workers from that source
+    tree instead (PYTHONPATH), e.g. a checkout of an earlier commit, for before/after."""
     reset(engine)
     fill(engine, n, templates, f"drain{processes}")
     analyze(engine)
     env = worker_env(url, port, templates, concurrency)
+    if src is not None:
+        env["PYTHONPATH"] = src
     run = run_workers(env, processes)
     with engine.connect() as conn:
         sent, first, last = conn.execute(
@@ -122,8 +128,9 @@ def drain(engine: Engine, url: str, port: int, templates: Path, n: int, processe
     idle = run_workers(env, 1).cpu[0]
     busy = sum(run.cpu) - idle * processes
     first_claim = first.timestamp() - run.started_at if sent else 0.0
-    return Drain(processes, sent, run.wall, sent / span if span > 0 else 0.0, run.peak_kb,
-                 busy / sent if sent else 0.0, first_claim)
+    return Drain("" if src is None else "before", processes, sent, run.wall,
+                 sent / span if span > 0 else 0.0, run.peak_kb, busy / sent if sent else 0.0,
+                 first_claim)
 
 
 # -- 2: raw smtplib -----------------------------------------------------------------
@@ -285,6 +292,12 @@ def main() -> None:
                     help="sent rows for the claim-cost check (0 skips it)")
     ap.add_argument("--explain", action="store_true", help="print the claim plans")
     ap.add_argument("--skip-enqueue", action="store_true")
+    ap.add_argument("--before", metavar="SRC",
+                    help="also drain (1 process, interleaved) with the workers of this source "
+                         "tree, e.g. the src/ of a worktree of an earlier commit: before/after "
+                         "CPU per message in one run")
+    ap.add_argument("--before-rounds", type=int, default=3,
+                    help="interleaved before/after drain pairs (default 3; medians)")
     args = ap.parse_args()
     counts = [int(p) for p in args.processes.split(",") if p.strip()]
     with tempfile.TemporaryDirectory() as tmp, scratch_database() as url, \
@@ -299,6 +312,12 @@ def main() -> None:
             print(f"draining {args.n} with {processes} worker process(es)...", flush=True)
             drains.append(drain(engine, url, port, templates, args.n, processes,
                                 args.concurrency))
+        pairs: list[tuple[Drain, Drain]] = []
+        for _ in range(args.before_rounds if args.before else 0):
+            print(f"draining {args.n} before/after, 1 process...", flush=True)
+            pairs.append((drain(engine, url, port, templates, args.n, 1, args.concurrency,
+                                args.before),
+                          drain(engine, url, port, templates, args.n, 1, args.concurrency)))
         print("sending the same messages with smtplib...", flush=True)
         raw, raw_cpu = raw_smtp(port, prebuilt(args.n, templates))
         single = bulk = None
@@ -311,6 +330,8 @@ def main() -> None:
             claims = claim_cost(engine, templates, args.history, args.explain)
         engine.dispose()
     report(args, version, drains, raw, raw_cpu, single, bulk, claims)
+    if pairs:
+        report_before_after(args, pairs, raw_cpu)
 
 
 def report(args: argparse.Namespace, version: str, drains: list[Drain], raw: float,
@@ -353,6 +374,21 @@ def report(args: argparse.Namespace, version: str, drains: list[Drain], raw: flo
         if d.processes == 2:
             print(f"\n2 worker processes drain at {d.sent / d.wall / raw:.0%} of the raw smtplib "
                   "limit measured in this run (target >= 50%)")
+
+
+def report_before_after(args: argparse.Namespace, pairs: list[tuple[Drain, Drain]],
+                        raw_cpu: float) -> None:
+    """CPU per message of the --before tree's worker and this one's, drained in turn."""
+    print(f"\nbefore/after, 1 process, {len(pairs)} interleaved pairs (before = {args.before}):")
+    for i, (before, after) in enumerate(pairs, 1):
+        print(f"  pair {i}: before {before.cpu_per_message * 1e6:.0f} us, after "
+              f"{after.cpu_per_message * 1e6:.0f} us ({after.sent / after.wall:.0f} vs "
+              f"{before.sent / before.wall:.0f} msg/s)")
+    b = statistics.median(p[0].cpu_per_message for p in pairs)
+    a = statistics.median(p[1].cpu_per_message for p in pairs)
+    print(f"worker CPU per message, medians: before {b * 1e6:.0f} us, after {a * 1e6:.0f} us "
+          f"({100 * (a / b - 1):+.0f}%); raw smtplib {raw_cpu * 1e6:.0f} us "
+          f"(after = {a / raw_cpu:.1f}x raw); load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
