@@ -21,7 +21,7 @@ class _Quiet(WSGIRequestHandler):
 
 
 @pytest.fixture
-def django_url(engine: Engine) -> Iterator[str]:
+def django_url(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     import django
     from django.conf import settings
 
@@ -31,6 +31,7 @@ def django_url(engine: Engine) -> Iterator[str]:
                                "django.middleware.csrf.CsrfViewMiddleware"])
         django.setup()
     from django.core.wsgi import get_wsgi_application
+    from django.test import override_settings
     from django.urls import path
 
     from mailout.webhooks.django import webhook_view
@@ -42,13 +43,21 @@ def django_url(engine: Engine) -> Iterator[str]:
     urlpatterns = [path("webhooks/<str:provider>", webhook_view(handler=handler))]
     from django.urls import clear_url_caches
 
+    # The suite's Django project (tests/djangoproject) is configured already: this
+    # module's URLs stand in for its own while the test runs, and its views are not
+    # wrapped in transactions of Django's databases (this view stores through mailout).
+    for conf in settings.DATABASES.values():
+        monkeypatch.setitem(conf, "ATOMIC_REQUESTS", False)
+    with override_settings(ROOT_URLCONF=__name__,
+                           MIDDLEWARE=["django.middleware.csrf.CsrfViewMiddleware"]):
+        clear_url_caches()
+        server = make_server("127.0.0.1", 0, get_wsgi_application(), handler_class=_Quiet)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.server_port}/webhooks"
+        server.shutdown()
+        server.server_close()
     clear_url_caches()
-    server = make_server("127.0.0.1", 0, get_wsgi_application(), handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/webhooks"
-    server.shutdown()
-    server.server_close()
 
 
 urlpatterns: list[object] = []

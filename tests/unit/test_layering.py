@@ -187,3 +187,20 @@ def test_the_worker_never_imports_rich() -> None:
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True).stdout.split())
     assert "rich" not in loaded
+
+
+# Packages that integrate mailout with something else: they may use all of mailout,
+# but nothing of mailout's own may import them (core works without Django installed).
+INTEGRATIONS = ("mailout.contrib", "mailout.testing")
+
+
+@pytest.mark.parametrize("integration", INTEGRATIONS)
+def test_core_never_imports_an_integration(integration: str) -> None:
+    def inside(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    for module in GRAPH:
+        if any(inside(module, p) for p in INTEGRATIONS):
+            continue
+        bad = [dep for dep in _reaches(module) if inside(dep, integration)]
+        assert not bad, f"{module} reaches {bad[0]}: core must not import {integration}"

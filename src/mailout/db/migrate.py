@@ -18,7 +18,7 @@ import re
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect, text
 
 from mailout.exceptions import SchemaMissing
 
@@ -48,6 +48,24 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def upgrade_connection(conn: Connection, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` on ``conn``, in the transaction its owner
+    holds (a borrowed connection: Django's ``migrate`` runs them this way)."""
+    from alembic import command
+
+    cfg = _alembic_config(conn.engine.url.render_as_string(hide_password=False))
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, revision)
+
+
+def current_revision_on(conn: Connection) -> str | None:
+    """:func:`current_revision` on an open connection (a borrowed one, too)."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    version: str | None = conn.execute(_VERSION_QUERY).scalar()
+    return version
 
 
 def migration_sql(dialect: str = "postgresql", revision: str = "head") -> str:
@@ -87,10 +105,7 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; None when mailout's tables were never made."""
     with engine.connect() as conn:
-        if not inspect(conn).has_table(VERSION_TABLE):
-            return None
-        version: str | None = conn.execute(_VERSION_QUERY).scalar()
-        return version
+        return current_revision_on(conn)
 
 
 def require_schema(engine: Engine) -> None:

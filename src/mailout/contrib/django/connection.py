@@ -1,0 +1,95 @@
+"""Django's own database connection, lent to mailout for one block of statements.
+
+``with borrowed_connection("default") as conn`` gives a SQLAlchemy ``Connection``
+over the DB-API connection of ``django.db.connections["default"]``: statements run
+in whatever transaction Django has open there (``transaction.atomic()``, a
+savepoint of a nested block, ``ATOMIC_REQUESTS``). mailout never commits or rolls
+it back (see :mod:`mailout.db.borrowed`). Outside any atomic block the statements
+of one borrow are wrapped in one transaction of their own, so that a message and
+its attachments are written together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import URL
+
+from mailout.db.borrowed import borrow
+from mailout.exceptions import ConfigError
+from mailout.models import EnqueueResult
+
+# Django's OPTIONS for PostgreSQL that are Django's own, not libpq connection parameters.
+_DJANGO_ONLY_OPTIONS = frozenset({"isolation_level", "server_side_binding", "pool",
+                                  "assume_role", "cursor_factory", "context"})
+# Django's vendor names of the databases mailout keeps an outbox on.
+SUPPORTED_VENDORS = ("postgresql", "sqlite")
+
+
+@contextmanager
+def borrowed_connection(using: str = "default") -> Iterator[Connection]:
+    """A SQLAlchemy connection over Django's connection ``using``, in its transaction.
+
+    Raises :class:`~mailout.exceptions.ConfigError` when ``using`` is not in
+    ``DATABASES`` or is a database mailout has no store for (MySQL, Oracle).
+    """
+    from django.db import connections, transaction
+    from django.utils.connection import ConnectionDoesNotExist
+
+    try:
+        wrapper = connections[using]
+    except ConnectionDoesNotExist:
+        raise ConfigError("MAILOUT_DATABASE", f"no database {using!r} in DATABASES") from None
+    if wrapper.vendor not in SUPPORTED_VENDORS:
+        raise ConfigError("DATABASES", f"{using!r} is {wrapper.display_name}: mailout has no "
+                          f"{wrapper.display_name} store yet; its outbox lives on "
+                          "PostgreSQL or SQLite")
+    # savepoint=False: inside the caller's block this joins it and costs nothing;
+    # outside any block it makes one transaction of this borrow.
+    with transaction.atomic(using=using, savepoint=False):
+        wrapper.ensure_connection()
+        with borrow(wrapper.connection) as conn:
+            yield conn
+
+
+def enqueue(*, using: str = "default", **kwargs: Any) -> EnqueueResult:
+    """:func:`mailout.enqueue` on Django's connection ``using``; the same arguments.
+
+    Inside ``transaction.atomic()`` the row commits or rolls back with the block.
+    """
+    from mailout.enqueue import enqueue as enqueue_on
+
+    with borrowed_connection(using) as conn:
+        return enqueue_on(conn, **kwargs)
+
+
+def database_url(using: str = "default") -> str:
+    """The SQLAlchemy URL of Django's database ``using``, for mailout's own engines
+    (the worker, the CLI): the same server, database and credentials.
+
+    Raises :class:`~mailout.exceptions.ConfigError` for an in-memory SQLite database
+    (no other process can reach it) and for databases mailout has no store for.
+    """
+    from django.db import connections
+
+    wrapper = connections[using]
+    conf = wrapper.settings_dict
+    if wrapper.vendor == "sqlite":
+        name = str(conf["NAME"])
+        if name == ":memory:" or "mode=memory" in name:
+            raise ConfigError("DATABASES", f"{using!r} is an in-memory SQLite database: "
+                              "a worker in another process cannot reach it")
+        return f"sqlite:///{name}"
+    if wrapper.vendor != "postgresql":
+        raise ConfigError("DATABASES", f"{using!r} is {wrapper.display_name}: mailout has no "
+                          f"{wrapper.display_name} store yet")
+    options = {k: str(v) for k, v in (conf.get("OPTIONS") or {}).items()
+               if k not in _DJANGO_ONLY_OPTIONS and isinstance(v, str | int)}
+    url = URL.create("postgresql+psycopg", username=conf.get("USER") or None,
+                     password=conf.get("PASSWORD") or None, host=conf.get("HOST") or None,
+                     port=int(conf["PORT"]) if conf.get("PORT") else None,
+                     database=conf.get("NAME") or None, query=options)
+    return url.render_as_string(hide_password=False)

@@ -1,0 +1,1 @@
+"""Django management commands of mailout (``manage.py mailout``); imports mailout.cli."""

@@ -1,0 +1,81 @@
+"""A small Django project for the tests: a shop that mails order confirmations.
+
+Two databases, so every test runs on both: ``default`` is SQLite (a file, so that a
+worker in another process can read it) and ``postgres`` is PostgreSQL (filled in
+from MAILOUT_TEST_POSTGRES_URL, or by tests/conftest.py with the embedded server).
+Each test picks one with ``MAILOUT_DATABASE``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+SECRET_KEY = "test-only-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+ROOT_URLCONF = "tests.djangoproject.urls"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "mailout.contrib.django",
+    "tests.djangoproject.shop",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+
+EMAIL_BACKEND = "mailout.contrib.django.EmailBackend"
+DEFAULT_FROM_EMAIL = "Shop <shop@example.com>"
+
+# Test databases of concurrent runs never collide; a worker started by a test (another
+# process) inherits the name, and with MAILOUT_DJANGO_TEST_DATABASES=1 opens the test
+# databases themselves.
+_RUN = os.environ.setdefault("MAILOUT_DJANGO_TEST_RUN", uuid.uuid4().hex[:10])
+_TEST = os.environ.get("MAILOUT_DJANGO_TEST_DATABASES") == "1"
+_SQLITE = Path(tempfile.gettempdir()) / f"mailout-django-{_RUN}.sqlite3"
+_PG = make_url(os.environ.get("MAILOUT_TEST_POSTGRES_URL")
+               or "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(_SQLITE.with_suffix(".test.sqlite3") if _TEST else _SQLITE),
+        "ATOMIC_REQUESTS": True,
+        "TEST": {"NAME": str(_SQLITE.with_suffix(".test.sqlite3"))},
+    },
+    "postgres": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": f"test_mailout_django_{_RUN}" if _TEST else f"mailout_django_{_RUN}",
+        "USER": _PG.username or "postgres",
+        "PASSWORD": _PG.password or "",
+        "HOST": _PG.host or "127.0.0.1",
+        "PORT": str(_PG.port or 5432),
+        "ATOMIC_REQUESTS": True,
+        "TEST": {"NAME": f"test_mailout_django_{_RUN}"},
+    },
+}

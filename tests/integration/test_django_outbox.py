@@ -1,0 +1,132 @@
+"""The Django backend writes outbox rows in the caller's transaction, on both databases.
+
+Each test asserts the business row (an Order) and the outbox row together, read by
+an engine of its own: what a worker would see after the commit.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.mail import EmailMultiAlternatives, send_mail
+from django.db import transaction
+from django.test import Client
+from sqlalchemy import Engine, select
+
+from mailout.db import borrowed
+from mailout.db.schema import attachments, message_attachments, messages
+from tests.djangoproject.shop.models import Order
+from tests.support.django_fixtures import DATABASES, count_messages, count_orders
+
+pytestmark = pytest.mark.django_db(databases=list(DATABASES), transaction=True)
+
+
+def _order_and_mail(using: str, number: str) -> None:
+    Order.objects.using(using).create(number=number, email=f"{number}@example.com")
+    send_mail(f"Order {number}", "Thanks!", None, [f"{number}@example.com"])
+
+
+def test_commit_queues_the_message_with_the_order(using: str, outside_engine: Engine) -> None:
+    with transaction.atomic(using=using):
+        _order_and_mail(using, "A1")
+        assert count_messages(outside_engine) == 0  # not before the commit
+    assert (count_orders(outside_engine), count_messages(outside_engine)) == (1, 1)
+
+
+def test_rollback_queues_nothing(using: str, outside_engine: Engine) -> None:
+    def place_then_fail() -> None:
+        with transaction.atomic(using=using):
+            _order_and_mail(using, "A1")
+            raise RuntimeError("payment failed")
+
+    with pytest.raises(RuntimeError):
+        place_then_fail()
+    assert (count_orders(outside_engine), count_messages(outside_engine)) == (0, 0)
+
+
+def test_a_rolled_back_savepoint_takes_only_its_own_message(
+    using: str, outside_engine: Engine,
+) -> None:
+    def second_order_fails() -> None:
+        with transaction.atomic(using=using):
+            _order_and_mail(using, "A2")
+            raise RuntimeError("the second order failed")
+
+    with transaction.atomic(using=using):
+        _order_and_mail(using, "A1")
+        with pytest.raises(RuntimeError):
+            second_order_fails()  # its savepoint is rolled back
+        _order_and_mail(using, "A3")
+    assert (count_orders(outside_engine), count_messages(outside_engine)) == (2, 2)
+    with outside_engine.connect() as conn:
+        to = set(conn.scalars(select(messages.c.recipient)))
+    assert to == {"A1@example.com", "A3@example.com"}
+
+
+def test_the_first_borrow_of_a_process_leaves_the_transaction_alone(
+    using: str, outside_engine: Engine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The issue's workaround lost the order here: SQLAlchemy's first-connect set-up
+    rolled back Django's transaction. The first borrow now only reads."""
+    monkeypatch.setattr(borrowed, "_ENGINES", {})
+    monkeypatch.setattr(borrowed, "_INITIALISED", set())
+    with transaction.atomic(using=using):
+        _order_and_mail(using, "A1")
+    assert (count_orders(outside_engine), count_messages(outside_engine)) == (1, 1)
+
+
+def test_outside_any_atomic_block_the_message_commits_by_itself(
+    using: str, outside_engine: Engine,
+) -> None:
+    send_mail("Hello", "Body", None, ["x@example.com"])
+    assert count_messages(outside_engine) == 1
+
+
+@pytest.mark.parametrize(("query", "status", "expected"), [("", 201, (1, 1)),
+                                                           ("?fail=1", 500, (0, 0))])
+def test_atomic_requests_commit_or_roll_back_the_view(
+    using: str, outside_engine: Engine, query: str, status: int, expected: tuple[int, int],
+) -> None:
+    client = Client(raise_request_exception=False)
+    reply = client.post(f"/orders/{using}/{query}", {"number": "B1", "email": "b@example.com"})
+    assert reply.status_code == status
+    assert (count_orders(outside_engine), count_messages(outside_engine)) == expected
+
+
+def test_every_part_of_a_django_message_is_carried_over(
+    using: str, outside_engine: Engine,
+) -> None:
+    email = EmailMultiAlternatives(
+        "Your invoice", "Plain text", "Billing <billing@example.com>",
+        ["Ann <ann@example.com>"], bcc=["audit@example.com"], cc=["cc@example.com"],
+        reply_to=["help@example.com"],
+        headers={"X-Campaign": "invoices", "X-Mailout-Key": "invoice-7"},
+    )
+    email.attach_alternative("<p>HTML</p>", "text/html")
+    email.attach("invoice.pdf", b"%PDF-1.4 fake", "application/pdf")
+    email.attach("notes.txt", "caf\u00e9", "text/plain")
+    assert email.send() == 1
+    with outside_engine.connect() as conn:
+        row = conn.execute(select(messages)).one()
+        parts = conn.execute(select(message_attachments.c.filename, attachments.c.content)
+                             .join(attachments).order_by(message_attachments.c.position)).all()
+    assert row.idempotency_key == "invoice-7"
+    assert row.headers == {"X-Campaign": "invoices"}  # the key header is not sent
+    assert (row.subject, row.body_text, row.body_html) == ("Your invoice", "Plain text",
+                                                          "<p>HTML</p>")
+    assert row.sender == "Billing <billing@example.com>"
+    assert row.addresses == {"to": [["Ann", "ann@example.com"]], "cc": [["", "cc@example.com"]],
+                             "bcc": [["", "audit@example.com"]],
+                             "reply_to": [["", "help@example.com"]]}
+    assert [(name, bytes(content)) for name, content in parts] == [
+        ("invoice.pdf", b"%PDF-1.4 fake"), ("notes.txt", "caf\u00e9".encode())]
+
+
+def test_the_same_key_twice_queues_one_message(using: str, outside_engine: Engine) -> None:
+    for _ in range(2):
+        send_mail("Reset", "Link", None, ["r@example.com"])  # no key: two messages
+    email_headers = {"X-Mailout-Key": "reset-1"}
+    from django.core.mail import EmailMessage
+
+    for _ in range(2):
+        EmailMessage("Reset", "Link", None, ["k@example.com"], headers=email_headers).send()
+    assert count_messages(outside_engine) == 3

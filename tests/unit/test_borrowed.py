@@ -1,0 +1,34 @@
+"""Which drivers a borrowed connection accepts, and the refusal for the others."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from mailout.db.borrowed import driver_of
+from mailout.exceptions import ConfigError
+
+
+def test_sqlite3_connections_are_borrowed_through_pysqlite() -> None:
+    conn = sqlite3.connect(":memory:")
+    assert driver_of(conn) == "sqlite+pysqlite"
+    conn.close()
+
+
+def _connection_of(module: str) -> object:
+    """An object whose class claims to come from ``module``, as a driver's would."""
+    return type("Connection", (), {"__module__": module})()
+
+
+@pytest.mark.parametrize(("module", "named"), [("MySQLdb.connections", "MySQL"),
+                                               ("pymysql.connections", "MySQL"),
+                                               ("mariadb", "MariaDB")])
+def test_a_database_without_a_mailout_store_is_refused_by_name(module: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=f"no {named} store yet"):
+        driver_of(_connection_of(module))
+
+
+def test_an_unknown_driver_is_refused_with_the_supported_ones() -> None:
+    with pytest.raises(ConfigError, match="psycopg 3 .* and sqlite3"):
+        driver_of(_connection_of("psycopg2.extensions"))
