@@ -5,7 +5,10 @@ outbox emptied before each test (Django's flush leaves unmanaged tables alone)."
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select, text
@@ -13,6 +16,8 @@ from sqlalchemy.engine import make_url
 
 from mailout import db
 from mailout.db.schema import messages, metadata
+from tests.support.smtpserver import SmtpTestServer
+from tests.support.workers import worker_env
 
 DATABASES = ("default", "postgres")  # SQLite and PostgreSQL
 BACKEND = "mailout.contrib.django.EmailBackend"
@@ -29,8 +34,23 @@ def django_db_modify_db_settings(pg_server_url: str) -> None:
         HOST=url.host or "127.0.0.1", PORT=str(url.port or 5432))
 
 
+@pytest.fixture(scope="session")
+def _pg_sessions_closed(django_db_setup: None) -> Iterator[None]:
+    """Before Django drops the PostgreSQL test database: end the sessions that engines
+    of mailout commands run in-process (``call_command``) left in their pools."""
+    yield
+    import psycopg
+    from django.conf import settings
+
+    conf = settings.DATABASES["postgres"]
+    with psycopg.connect(host=conf["HOST"], port=conf["PORT"], user=conf["USER"],
+                         password=conf["PASSWORD"], dbname="postgres", autocommit=True) as c:
+        c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                  "WHERE datname = %s AND pid <> pg_backend_pid()", (conf["NAME"],))
+
+
 @pytest.fixture(params=DATABASES)
-def using(request: pytest.FixtureRequest, settings: object) -> str:
+def using(request: pytest.FixtureRequest, settings: object, _pg_sessions_closed: None) -> str:
     """The Django database alias of this run; the backend writes there too."""
     alias: str = request.param
     # Django's test set-up swaps EMAIL_BACKEND for its in-memory one: put ours back.
@@ -65,8 +85,20 @@ def count_orders(engine: Engine) -> int:
         return int(conn.execute(text("SELECT count(*) FROM shop_order")).scalar_one())
 
 
-def worker_env(pg_server_url: str) -> dict[str, str]:
-    """The environment of a ``manage.py`` process that opens this run's test databases."""
-    return {**os.environ, "MAILOUT_DJANGO_TEST_DATABASES": "1",
-            "MAILOUT_TEST_POSTGRES_URL": pg_server_url,
-            "DJANGO_SETTINGS_MODULE": "tests.djangoproject.settings"}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manage_py(*args: str, pg_server_url: str, server: SmtpTestServer,
+              **extra: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py <args>`` of the test project in a process of its own, on this run's
+    test databases, its worker sending to ``server``. No database URL is given: the
+    command finds it in DATABASES."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MAILOUT_", "SMTP_")) or k == "MAILOUT_DJANGO_TEST_RUN"}
+    env.update(worker_env("", server, **extra))
+    del env["MAILOUT_DATABASE_URL"]
+    env.update(MAILOUT_DJANGO_TEST_DATABASES="1", MAILOUT_TEST_POSTGRES_URL=pg_server_url,
+               DJANGO_SETTINGS_MODULE="tests.djangoproject.settings")
+    return subprocess.run([sys.executable, "-m", "tests.djangoproject.manage", *args],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, check=False)

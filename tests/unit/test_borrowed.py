@@ -30,5 +30,5 @@ def test_a_database_without_a_mailout_store_is_refused_by_name(module: str, name
 
 
 def test_an_unknown_driver_is_refused_with_the_supported_ones() -> None:
-    with pytest.raises(ConfigError, match="psycopg 3 .* and sqlite3"):
+    with pytest.raises(ConfigError, match=r"psycopg 3 .* and sqlite3"):
         driver_of(_connection_of("psycopg2.extensions"))

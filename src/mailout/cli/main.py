@@ -546,20 +546,26 @@ def _db_error(exc: DBAPIError) -> str:
     return f"database error ({type(orig).__name__}): {first}"
 
 
-def main() -> None:
-    """Console entry point: errors become a one-line message and an exit code."""
+def run(args: list[str] | None = None, prog_name: str | None = None) -> int:
+    """Run one command (``args``, else ``sys.argv``); errors become a one-line message
+    on stderr. Returns the exit code. ``manage.py mailout`` runs commands this way."""
     try:
-        rc = cli.main(standalone_mode=False)
+        rc = cli.main(args, prog_name=prog_name, standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.Abort:
         click.echo("aborted", err=True)
-        sys.exit(1)
+        return 1
     except MailoutError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        return 1
     except (OperationalError, DBAPIError) as exc:
         click.echo(f"error: {_db_error(exc)}", err=True)
-        sys.exit(1)
-    sys.exit(rc if isinstance(rc, int) else 0)
+        return 1
+    return rc if isinstance(rc, int) else 0
+
+
+def main() -> None:
+    """Console entry point: errors become a one-line message and an exit code."""
+    sys.exit(run())

@@ -36,13 +36,9 @@ def borrowed_connection(using: str = "default") -> Iterator[Connection]:
     Raises :class:`~mailout.exceptions.ConfigError` when ``using`` is not in
     ``DATABASES`` or is a database mailout has no store for (MySQL, Oracle).
     """
-    from django.db import connections, transaction
-    from django.utils.connection import ConnectionDoesNotExist
+    from django.db import transaction
 
-    try:
-        wrapper = connections[using]
-    except ConnectionDoesNotExist:
-        raise ConfigError("MAILOUT_DATABASE", f"no database {using!r} in DATABASES") from None
+    wrapper = _wrapper(using)
     if wrapper.vendor not in SUPPORTED_VENDORS:
         raise ConfigError("DATABASES", f"{using!r} is {wrapper.display_name}: mailout has no "
                           f"{wrapper.display_name} store yet; its outbox lives on "
@@ -53,6 +49,17 @@ def borrowed_connection(using: str = "default") -> Iterator[Connection]:
         wrapper.ensure_connection()
         with borrow(wrapper.connection) as conn:
             yield conn
+
+
+def _wrapper(using: str) -> Any:
+    """Django's connection ``using``; ConfigError when DATABASES has no such alias."""
+    from django.db import connections
+    from django.utils.connection import ConnectionDoesNotExist
+
+    try:
+        return connections[using]
+    except ConnectionDoesNotExist:
+        raise ConfigError("MAILOUT_DATABASE", f"no database {using!r} in DATABASES") from None
 
 
 def enqueue(*, using: str = "default", **kwargs: Any) -> EnqueueResult:
@@ -73,9 +80,7 @@ def database_url(using: str = "default") -> str:
     Raises :class:`~mailout.exceptions.ConfigError` for an in-memory SQLite database
     (no other process can reach it) and for databases mailout has no store for.
     """
-    from django.db import connections
-
-    wrapper = connections[using]
+    wrapper = _wrapper(using)
     conf = wrapper.settings_dict
     if wrapper.vendor == "sqlite":
         name = str(conf["NAME"])
