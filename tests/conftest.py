@@ -1,3 +1,3 @@
 pytest_plugins = ["tests.support.fixtures", "tests.support.db_fixtures",
-                  "tests.support.django_fixtures"]
+                  "tests.support.django_fixtures", "mailout.testing.plugin"]
 
