@@ -19,10 +19,14 @@ DEFAULT_URL = "sqlite:///mailout.db"
 def database_url(url: str | None = None) -> str:
     """The URL to use: the argument, else ``MAILOUT_DATABASE_URL``, else a local SQLite file.
 
-    ``postgresql://`` and ``postgres://`` select psycopg 3, the supported driver.
+    ``postgresql://`` and ``postgres://`` select psycopg 3, the supported driver; so do
+    an async application's ``postgresql+asyncpg://`` (and ``sqlite+aiosqlite://`` selects
+    sqlite3), so that the worker takes the application's own URL.
     """
     raw = url or os.environ.get("MAILOUT_DATABASE_URL") or DEFAULT_URL
-    for prefix in ("postgresql://", "postgres://"):
+    if raw.startswith("sqlite+aiosqlite://"):
+        raw = "sqlite://" + raw[len("sqlite+aiosqlite://"):]
+    for prefix in ("postgresql://", "postgres://", "postgresql+asyncpg://"):
         if raw.startswith(prefix):
             raw = "postgresql+psycopg://" + raw[len(prefix) :]
     try:

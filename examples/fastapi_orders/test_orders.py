@@ -1,0 +1,56 @@
+"""The example's own test, with mailout.testing: the route queues the confirmation
+with the order, a failed order queues nothing, and the rendered mail is checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from examples.fastapi_orders.app import create_app
+from fastapi.testclient import TestClient
+
+from mailout import db
+from mailout.db import migrate
+from mailout.testing import Outbox
+from mailout.testing.plugin import mailout_templates as mailout_templates
+from mailout.testing.plugin import outbox as outbox
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+ORDER = {"email": "ann@example.com", "name": "Ann",
+         "items": [{"name": "Tea", "quantity": 2, "price": "4.50"}]}
+
+
+@pytest.fixture
+def mailout_database_url(tmp_path: Path) -> str:
+    """The app's own async URL: mailout's worker takes it as it is."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'shop.db'}"
+    engine = db.make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def client(mailout_database_url: str) -> TestClient:
+    with TestClient(create_app(mailout_database_url)) as test_client:
+        yield test_client
+
+
+def test_an_order_queues_its_confirmation(client: TestClient, outbox: Outbox) -> None:
+    reply = client.post("/orders", json=ORDER)
+    assert reply.status_code == 201
+    order_id = reply.json()["id"]
+    outbox.assert_enqueued(to="ann@example.com", template="order_confirmation",
+                           key=f"order-{order_id}-confirmation", count=1)
+    outbox.templates_dir = TEMPLATES
+    [mail] = outbox.deliver_all()
+    assert mail.subject == f"Your order #{order_id} is confirmed"
+    assert mail.text is not None
+    assert "Tea" in mail.text
+
+
+def test_a_failed_order_queues_nothing(client: TestClient, outbox: Outbox) -> None:
+    reply = client.post("/orders", json={**ORDER, "email": "not an address"})
+    assert reply.status_code == 422
+    assert outbox.queued() == []
+    assert client.post("/orders", json=ORDER).json()["id"] == 1  # the failed order is gone
