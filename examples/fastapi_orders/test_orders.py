@@ -3,6 +3,7 @@ with the order, a failed order queues nothing, and the rendered mail is checked.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,7 @@ from fastapi.testclient import TestClient
 from mailout import db
 from mailout.db import migrate
 from mailout.testing import Outbox
-from mailout.testing.plugin import mailout_templates as mailout_templates
-from mailout.testing.plugin import outbox as outbox
+from mailout.testing.plugin import outbox as outbox  # the fixture, used by name
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 ORDER = {"email": "ann@example.com", "name": "Ann",
@@ -31,7 +31,13 @@ def mailout_database_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def client(mailout_database_url: str) -> TestClient:
+def mailout_templates() -> Path:
+    """The templates the worker of ``outbox.deliver_all()`` renders with."""
+    return TEMPLATES
+
+
+@pytest.fixture
+def client(mailout_database_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(mailout_database_url)) as test_client:
         yield test_client
 
@@ -42,7 +48,6 @@ def test_an_order_queues_its_confirmation(client: TestClient, outbox: Outbox) ->
     order_id = reply.json()["id"]
     outbox.assert_enqueued(to="ann@example.com", template="order_confirmation",
                            key=f"order-{order_id}-confirmation", count=1)
-    outbox.templates_dir = TEMPLATES
     [mail] = outbox.deliver_all()
     assert mail.subject == f"Your order #{order_id} is confirmed"
     assert mail.text is not None
