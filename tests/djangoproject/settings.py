@@ -2,7 +2,8 @@
 
 Two databases, so every test runs on both: ``default`` is SQLite (a file, so that a
 worker in another process can read it) and ``postgres`` is PostgreSQL (filled in
-from MAILOUT_TEST_POSTGRES_URL, or by tests/conftest.py with the embedded server).
+from MAILOUT_TEST_POSTGRES_URL, or by tests/support/django_fixtures.py with the
+embedded server).
 Each test picks one with ``MAILOUT_DATABASE``.
 """
 
@@ -52,11 +53,9 @@ TEMPLATES = [{
 EMAIL_BACKEND = "mailout.contrib.django.EmailBackend"
 DEFAULT_FROM_EMAIL = "Shop <shop@example.com>"
 
-# Test databases of concurrent runs never collide; a worker started by a test (another
-# process) inherits the name, and with MAILOUT_DJANGO_TEST_DATABASES=1 opens the test
-# databases themselves.
-_RUN = os.environ.setdefault("MAILOUT_DJANGO_TEST_RUN", uuid.uuid4().hex[:10])
-_TEST = os.environ.get("MAILOUT_DJANGO_TEST_DATABASES") == "1"
+# Test databases of concurrent runs never collide. A manage.py process started by a
+# test is told the names of that test's databases (MAILOUT_DJANGO_*_NAME).
+_RUN = uuid.uuid4().hex[:10]
 _SQLITE = Path(tempfile.gettempdir()) / f"mailout-django-{_RUN}.sqlite3"
 _PG = make_url(os.environ.get("MAILOUT_TEST_POSTGRES_URL")
                or "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -64,13 +63,13 @@ _PG = make_url(os.environ.get("MAILOUT_TEST_POSTGRES_URL")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(_SQLITE.with_suffix(".test.sqlite3") if _TEST else _SQLITE),
+        "NAME": os.environ.get("MAILOUT_DJANGO_SQLITE_NAME", str(_SQLITE)),
         "ATOMIC_REQUESTS": True,
         "TEST": {"NAME": str(_SQLITE.with_suffix(".test.sqlite3"))},
     },
     "postgres": {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": f"test_mailout_django_{_RUN}" if _TEST else f"mailout_django_{_RUN}",
+        "NAME": os.environ.get("MAILOUT_DJANGO_POSTGRES_NAME", f"mailout_django_{_RUN}"),
         "USER": _PG.username or "postgres",
         "PASSWORD": _PG.password or "",
         "HOST": _PG.host or "127.0.0.1",

@@ -24,8 +24,10 @@ BACKEND = "mailout.contrib.django.EmailBackend"
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(pg_server_url: str) -> None:
-    """The project's ``postgres`` database lives on the test server."""
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None,
+                                 pg_server_url: str) -> None:
+    """The project's ``postgres`` database lives on the test server; under xdist each
+    worker's test databases get its suffix (pytest-django's own fixture)."""
     from django.conf import settings
 
     url = make_url(pg_server_url)
@@ -94,10 +96,16 @@ def manage_py(*args: str, pg_server_url: str, server: SmtpTestServer,
     test databases, its worker sending to ``server``. No database URL is given: the
     command finds it in DATABASES."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MAILOUT_", "SMTP_")) or k == "MAILOUT_DJANGO_TEST_RUN"}
+           if not k.startswith(("MAILOUT_", "SMTP_"))}
     env.update(worker_env("", server, **extra))
     del env["MAILOUT_DATABASE_URL"]
-    env.update(MAILOUT_DJANGO_TEST_DATABASES="1", MAILOUT_TEST_POSTGRES_URL=pg_server_url,
+    from django.conf import settings
+
+    # The test databases of this process (pytest-django renamed them: test_..., and a
+    # suffix per xdist worker).
+    env.update(MAILOUT_DJANGO_SQLITE_NAME=settings.DATABASES["default"]["NAME"],
+               MAILOUT_DJANGO_POSTGRES_NAME=settings.DATABASES["postgres"]["NAME"],
+               MAILOUT_TEST_POSTGRES_URL=pg_server_url,
                DJANGO_SETTINGS_MODULE="tests.djangoproject.settings")
     return subprocess.run([sys.executable, "-m", "tests.djangoproject.manage", *args],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
