@@ -130,3 +130,55 @@ def test_the_same_key_twice_queues_one_message(using: str, outside_engine: Engin
     for _ in range(2):
         EmailMessage("Reset", "Link", None, ["k@example.com"], headers=email_headers).send()
     assert count_messages(outside_engine) == 3
+
+
+def test_send_mass_mail_queues_all_or_nothing(using: str, outside_engine: Engine) -> None:
+    from django.core.mail import send_mass_mail
+
+    batch = (("A", "a", None, ["a@example.com"]), ("B", "b", None, ["b@example.com"]))
+
+    def send_then_fail() -> None:
+        with transaction.atomic(using=using):
+            assert send_mass_mail(batch) == 2
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        send_then_fail()
+    assert count_messages(outside_engine) == 0
+    assert send_mass_mail(batch) == 2
+    assert count_messages(outside_engine) == 2
+
+
+def test_the_enqueue_helper_writes_in_the_callers_transaction(
+    using: str, outside_engine: Engine,
+) -> None:
+    from mailout.contrib.django import enqueue
+
+    def enqueue_then_fail() -> None:
+        with transaction.atomic(using=using):
+            enqueue(using=using, to="h@example.com", subject="Hi", text="x", key="helper-1")
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        enqueue_then_fail()
+    assert count_messages(outside_engine) == 0
+    with transaction.atomic(using=using):
+        result = enqueue(using=using, to="h@example.com", subject="Hi", text="x", key="helper-1")
+    assert result.created
+    assert count_messages(outside_engine) == 1
+
+
+def test_a_refused_message_raises_or_is_skipped_when_silent(
+    using: str, outside_engine: Engine,
+) -> None:
+    from django.core.mail import EmailMessage, get_connection
+
+    from mailout import InvalidMessage
+
+    bad = EmailMessage("Hi", "x", None, ["good@example.com"], headers={"X-Bad": "a\r\nBcc: x"})
+    good = EmailMessage("Hi", "x", None, ["good@example.com"])
+    with pytest.raises(InvalidMessage):
+        get_connection().send_messages([good, bad])
+    assert count_messages(outside_engine) == 0  # nothing half-written
+    assert get_connection(fail_silently=True).send_messages([good, bad]) == 1
+    assert count_messages(outside_engine) == 1
