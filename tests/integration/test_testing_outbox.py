@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from mailout import Attachment, enqueue
+from mailout import Attachment
+from mailout.enqueue import enqueue
 from mailout.testing import Outbox
 from mailout.transports.base import Decision
 
