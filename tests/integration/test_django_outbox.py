@@ -182,3 +182,20 @@ def test_a_refused_message_raises_or_is_skipped_when_silent(
     assert count_messages(outside_engine) == 0  # nothing half-written
     assert get_connection(fail_silently=True).send_messages([good, bad]) == 1
     assert count_messages(outside_engine) == 1
+
+
+def test_borrowing_leaves_djangos_connection_as_django_made_it(
+    using: str, outside_engine: Engine,
+) -> None:
+    """Django reads jsonb as text (it decodes JSONField itself) and keeps its own
+    autocommit: after mailout wrote through the connection, both are unchanged."""
+    from django.db import connections
+
+    connection = connections[using]
+    with transaction.atomic(using=using):
+        _order_and_mail(using, "A1")
+        with connection.cursor() as cur:
+            cur.execute("SELECT '{\"a\": 1}'" + ("::jsonb" if using == "postgres" else ""))
+            assert cur.fetchone()[0] == '{"a": 1}'
+    assert connection.get_autocommit()
+    assert not connection.in_atomic_block

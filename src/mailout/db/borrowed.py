@@ -153,7 +153,10 @@ def _engine(driver: str) -> Engine:
             if engine is None:
                 url = make_url(f"{driver}://")
                 base = url.get_dialect()
-                dialect = _borrowing_dialect(base)(dbapi=base.import_dbapi())
+                # No native hstore: the psycopg dialect would register it on the owner's
+                # connection during initialize().
+                options = {"use_native_hstore": False} if base.name == "postgresql" else {}
+                dialect = _borrowing_dialect(base)(dbapi=base.import_dbapi(), **options)
                 pool = _LendingPool(_lent_connection, reset_on_return=None, dialect=dialect)
                 engine = _ENGINES[driver] = Engine(pool, dialect, url)
     return engine
