@@ -78,3 +78,18 @@ DATABASES = {
         "TEST": {"NAME": f"test_mailout_django_{_RUN}"},
     },
 }
+
+# MariaDB, when the suite has one (MAILOUT_TEST_MYSQL_URL): Django on a database mailout
+# has no store for yet, where the backend must refuse by name.
+_MYSQL = os.environ.get("MAILOUT_TEST_MYSQL_URL")
+if _MYSQL:
+    _my = make_url(_MYSQL)
+    DATABASES["mariadb"] = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": os.environ.get("MAILOUT_DJANGO_MARIADB_NAME", f"mailout_django_{_RUN}"),
+        "USER": _my.username or "root",
+        "PASSWORD": _my.password or "",
+        "HOST": _my.host or "127.0.0.1",
+        "PORT": str(_my.port or 3306),
+        "TEST": {"NAME": f"test_mailout_django_{_RUN}"},
+    }

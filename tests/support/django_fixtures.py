@@ -20,6 +20,8 @@ from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
 
 DATABASES = ("default", "postgres")  # SQLite and PostgreSQL
+# MariaDB, configured when MAILOUT_TEST_MYSQL_URL is set: mailout has no store there yet.
+MARIADB = ("mariadb",) if os.environ.get("MAILOUT_TEST_MYSQL_URL") else ()
 BACKEND = "mailout.contrib.django.EmailBackend"
 
 

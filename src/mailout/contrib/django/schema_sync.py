@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailout.contrib.django.connection import borrowed_connection
+from mailout.contrib.django.connection import SUPPORTED_VENDORS, borrowed_connection
 from mailout.db import migrate
 from mailout.db.schema import metadata
 
 
+def keeps_tables_on(using: str) -> bool:
+    """Can mailout keep its tables on Django's database ``using``? Not on a database
+    it has no store for (MySQL for now): ``migrate`` then leaves that database alone,
+    so a project with such a second database still migrates, and the backend refuses
+    to write there by name."""
+    from django.db import connections
+
+    return bool(connections[using].vendor in SUPPORTED_VENDORS)
+
+
 def upgrade_to(using: str, revision: str) -> None:
     """Apply mailout's migrations up to ``revision`` on Django's database ``using``."""
+    if not keeps_tables_on(using):
+        return
     with borrowed_connection(using) as conn:
         migrate.upgrade_connection(conn, revision)
 
@@ -26,6 +38,8 @@ def downgrade_to(using: str, revision: str) -> None:
     """Undo mailout's migrations down to ``revision`` (``"base"``: drop every table)."""
     from alembic import command
 
+    if not keeps_tables_on(using):
+        return
     with borrowed_connection(using) as conn:
         cfg = migrate._alembic_config(conn.engine.url.render_as_string())
         cfg.attributes["connection"] = conn
