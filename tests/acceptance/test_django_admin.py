@@ -105,6 +105,7 @@ def test_retry_asks_first_then_requeues_and_logs_who(
         "alice (django admin)", "retry", "relay fixed", 1, 1)
     page = alice.get(f"{CHANGELIST}{dead}/change/").content.decode()
     assert "alice (django admin): retry (relay fixed)" in page
+    assert "&lt;div&gt;" not in page  # the history is markup, its values escaped
 
 
 def test_cancel_and_resolve_follow_the_clis_rules(alice: Client, outside_engine: Engine) -> None:
