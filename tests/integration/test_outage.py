@@ -224,7 +224,7 @@ def _until_idle(db_url: str, server: SmtpTestServer, **extra: object) -> tuple[i
     exe = Path(sys.executable).parent / "mailout"
     started = time.monotonic()
     done = subprocess.run([str(exe), "worker", "--until-idle"], env=env, capture_output=True,
-                          text=True, timeout=30, check=False)
+                          text=True, timeout=120, check=False)
     return done.returncode, done.stderr, time.monotonic() - started
 
 
@@ -244,7 +244,9 @@ def test_until_idle_exits_3_with_a_one_line_reason_when_the_transport_is_down(
     reason = [line for line in err.splitlines() if line.startswith("mailout: stopped")]
     assert len(reason) == 1, err
     assert expected in reason[0]
-    assert seconds < 15  # it ends instead of hanging (a bound, not a speed figure)
+    # It ends instead of waiting out the 30 s pause or probing on (a bound, not a speed
+    # figure: it leaves room for a slow start on a loaded machine).
+    assert seconds < 28
     assert {s for s, _, _ in statuses(engine).values()} == {"pending"}
 
 

@@ -182,14 +182,19 @@ def test_bad_credentials_pause_sending_without_failing_anything(
 
     async def scenario() -> None:
         task = asyncio.create_task(worker.run())
-        await asyncio.sleep(1.5)
+        # Wait for the pause itself, not a fixed time: on a loaded machine the first
+        # AUTH can take longer than any fixed sleep.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not worker.breakers.paused:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # a few pause periods: nothing may be charged meanwhile
         stored = await asyncio.to_thread(rows, engine)
         assert {r["status"] for r in stored.values()} == {"pending"}
         assert all(r["attempts"] == 0 for r in stored.values())  # not charged
         assert worker.breakers.paused
         # The operator fixes the credentials (here: the server accepts them now).
         auth_smtp_server.auth = ("mailer", "wrong-password")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(auth_smtp_server.messages) < 20:
             await asyncio.sleep(0.1)
         worker.stop()
