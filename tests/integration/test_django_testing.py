@@ -6,15 +6,21 @@ from __future__ import annotations
 import pytest
 from django.core.mail import EmailMultiAlternatives, send_mail
 from django.db import transaction
+from sqlalchemy import Engine
 
 from mailout.testing.django import DjangoOutbox
 from mailout.testing.django import outbox as outbox  # the fixture under test
 from tests.djangoproject.shop.models import Order
 from tests.support.django_fixtures import DATABASES
 
+# Each test asks for ``outside_engine`` first: it empties the outbox, which Django's
+# flush between tests leaves alone (unmanaged tables).
+
 
 @pytest.mark.django_db(databases=list(DATABASES))
-def test_rows_written_in_the_tests_transaction_are_seen(using: str, outbox: DjangoOutbox) -> None:
+def test_rows_written_in_the_tests_transaction_are_seen(
+    using: str, outside_engine: Engine, outbox: DjangoOutbox,
+) -> None:
     with transaction.atomic(using=using):
         Order.objects.using(using).create(number="T1", email="t@example.com")
         send_mail("Order T1", "Thanks", None, ["t@example.com"])
@@ -25,7 +31,9 @@ def test_rows_written_in_the_tests_transaction_are_seen(using: str, outbox: Djan
 
 
 @pytest.mark.django_db(databases=list(DATABASES), transaction=True)
-def test_deliver_all_renders_what_the_backend_queued(using: str, outbox: DjangoOutbox) -> None:
+def test_deliver_all_renders_what_the_backend_queued(
+    using: str, outside_engine: Engine, outbox: DjangoOutbox,
+) -> None:
     email = EmailMultiAlternatives("Welcome", "Hello Ann", None, ["ann@example.com"])
     email.attach_alternative("<p>Hello Ann</p>", "text/html")
     email.send()
