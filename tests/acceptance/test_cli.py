@@ -237,8 +237,8 @@ def test_bad_arguments_exit_2_with_a_helpful_message(
     assert complaint in proc.stderr
 
 
-def test_status_list_cancel_on_postgresql(pg_url: str) -> None:
-    env = {"MAILOUT_DATABASE_URL": pg_url}
+def test_status_list_cancel_on_the_servers(server_url: str) -> None:
+    env = {"MAILOUT_DATABASE_URL": server_url}
     msg = json.loads(mailout("enqueue", "--to", "a@example.com", "--subject", "Hi", "--text",
                              "x", "--queue", "pg", "--priority", "5", env=env).stdout)
     assert f"cancelled 1: {msg['id']}" in mailout("cancel", str(msg["id"]), env=env).stdout

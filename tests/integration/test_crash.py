@@ -36,7 +36,8 @@ def crash_env(db_url: str, server: SmtpTestServer, **extra: object) -> dict[str,
 
 @contextmanager
 def row_locked(engine: Engine, message_id: str) -> Iterator[Connection]:
-    """Block writers to the row: its lock on PostgreSQL, the write lock on SQLite."""
+    """Block writers to the row: its lock on PostgreSQL and MariaDB, the write lock on
+    SQLite."""
     if engine.dialect.name == "sqlite":
         with db.immediate(engine) as conn:
             yield conn
@@ -55,11 +56,14 @@ def wait_until_blocked(engine: Engine, seconds: float = 10) -> None:
         time.sleep(0.5)  # the writer flushes within 10 ms, then waits on busy_timeout
         return
     deadline = time.monotonic() + seconds
+    query = text(
+        "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' "
+        "AND trx_query LIKE 'UPDATE mailout_messages%'" if engine.dialect.name == "mysql" else
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query ILIKE 'UPDATE mailout_messages%'")
     with engine.connect() as conn:
         while time.monotonic() < deadline:
-            waiting = conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query ILIKE 'UPDATE mailout_messages%'")).scalar_one()
+            waiting = conn.execute(query).scalar_one()
             conn.rollback()
             if waiting:
                 return

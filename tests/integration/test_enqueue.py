@@ -113,7 +113,8 @@ async def test_async_connection_and_session(db_url: str, engine: Engine) -> None
 
     from mailout.enqueue import enqueue_async
 
-    aurl = db_url.replace("sqlite://", "sqlite+aiosqlite://")
+    aurl = (db_url.replace("sqlite://", "sqlite+aiosqlite://")
+            .replace("mysql+pymysql://", "mysql+aiomysql://"))
     aengine = create_async_engine(aurl)
     try:
         async with aengine.begin() as conn:
@@ -290,9 +291,9 @@ def test_random_input_gives_a_clean_row_or_invalid_message(
         conn.close()
 
 
-def test_concurrent_duplicate_keys_give_one_row(pg_url: str) -> None:
-    """Two real PostgreSQL connections race on one key: exactly one row, no error."""
-    engine = db.make_engine(pg_url)
+def test_concurrent_duplicate_keys_give_one_row(server_url: str) -> None:
+    """Two real server connections race on one key: exactly one row, no error."""
+    engine = db.make_engine(server_url)
     results = {}
     with engine.connect() as first:
         t1 = first.begin()
@@ -317,8 +318,8 @@ def test_concurrent_duplicate_keys_give_one_row(pg_url: str) -> None:
     engine.dispose()
 
 
-def test_concurrent_duplicate_key_after_rollback_creates_the_row(pg_url: str) -> None:
-    engine = db.make_engine(pg_url)
+def test_concurrent_duplicate_key_after_rollback_creates_the_row(server_url: str) -> None:
+    engine = db.make_engine(server_url)
     results = {}
     with engine.connect() as first:
         t1 = first.begin()

@@ -220,15 +220,15 @@ def test_bad_credentials_pause_sending_without_failing_anything(
 
 
 def test_four_worker_processes_deliver_every_message_exactly_once(
-    pg_url: str, smtp_server: SmtpTestServer, tmp_path: Path
+    server_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:
-    engine = db.make_engine(pg_url)
+    engine = db.make_engine(server_url)
     n = 2000
     with engine.begin() as conn:
         for i in range(n):
             enqueue(conn, to=f"user{i}@example.com", subject="Hi", text="x", key=f"k{i}",
                     settings=SETTINGS)
-    env = worker_env(pg_url, smtp_server, MAILOUT_CONCURRENCY=8)
+    env = worker_env(server_url, smtp_server, MAILOUT_CONCURRENCY=8)
     procs = [spawn_worker(env, "--until-idle", log=tmp_path / f"w{i}.log") for i in range(4)]
     for p in procs:
         assert p.wait(timeout=120) == 0, (tmp_path / "w0.log").read_text()[-2000:]

@@ -1,7 +1,9 @@
-"""Database fixtures: every storage test runs on SQLite and on PostgreSQL.
+"""Database fixtures: every storage test runs on SQLite, PostgreSQL and MariaDB.
 
 PostgreSQL is the server from ``pg_server_url`` (the local service named by
-MAILOUT_TEST_POSTGRES_URL, or a throwaway embedded one). One database is migrated
+MAILOUT_TEST_POSTGRES_URL, or a throwaway embedded one). MariaDB (or MySQL) is the
+server named by MAILOUT_TEST_MYSQL_URL; without it the "mariadb" parameter is
+skipped with that reason. On each server one uniquely named database is migrated
 per test session and emptied before each test.
 """
 
@@ -16,7 +18,10 @@ from sqlalchemy import Engine, text
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import metadata
+from tests.support import mysql
 from tests.support.pg import create_database, drop_database
+
+BACKENDS = ["sqlite", "postgresql", "mariadb"]
 
 
 @pytest.fixture(scope="session")
@@ -29,25 +34,47 @@ def pg_database_url(pg_server_url: str) -> Iterator[str]:
     drop_database(url)
 
 
+@pytest.fixture(scope="session")
+def mysql_database_url() -> Iterator[str]:
+    server = mysql.mysql_server_url()
+    if server is None:
+        pytest.skip(mysql.SKIP_REASON)
+    url = mysql.create_database(server)
+    engine = db.make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    yield url
+    mysql.drop_database(url)
+
+
 def _empty(url: str) -> None:
     engine = db.make_engine(url)
     with engine.begin() as conn:
         # Every mailout table, so that a table added later is emptied too.
-        tables = ", ".join(sorted(metadata.tables))
-        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY"))
+        if engine.dialect.name == "mysql":
+            # TRUNCATE refuses a table that a foreign key points at, checks or not.
+            conn.execute(text("SET FOREIGN_KEY_CHECKS = 0"))
+            for table in sorted(metadata.tables):
+                conn.execute(text(f"DELETE FROM {table}"))
+                conn.execute(text(f"ALTER TABLE {table} AUTO_INCREMENT = 1"))
+            conn.execute(text("SET FOREIGN_KEY_CHECKS = 1"))
+        else:
+            tables = ", ".join(sorted(metadata.tables))
+            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY"))
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated, empty database URL; parametrized over both backends."""
+    """A migrated, empty database URL; parametrized over the three backends."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'mailout.db'}"
         engine = db.make_engine(url)
         migrate.upgrade(engine)
         engine.dispose()
         return url
-    url: str = request.getfixturevalue("pg_database_url")
+    fixture = "pg_database_url" if request.param == "postgresql" else "mysql_database_url"
+    url: str = request.getfixturevalue(fixture)
     _empty(url)
     return url
 
@@ -56,6 +83,24 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def pg_url(request: pytest.FixtureRequest) -> str:
     """A migrated, empty PostgreSQL database URL, for PostgreSQL-only tests."""
     url: str = request.getfixturevalue("pg_database_url")
+    _empty(url)
+    return url
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """A migrated, empty database URL on a server (PostgreSQL, MariaDB), for tests
+    of concurrent connections and processes that SQLite serialises anyway."""
+    fixture = "pg_database_url" if request.param == "postgresql" else "mysql_database_url"
+    url: str = request.getfixturevalue(fixture)
+    _empty(url)
+    return url
+
+
+@pytest.fixture
+def mysql_url(request: pytest.FixtureRequest) -> str:
+    """A migrated, empty MariaDB/MySQL database URL, for MySQL-only tests."""
+    url: str = request.getfixturevalue("mysql_database_url")
     _empty(url)
     return url
 

@@ -19,6 +19,12 @@ imports Alembic.
 
 from __future__ import annotations
 
-from mailout.db.engine import DEFAULT_URL, database_url, immediate, make_engine
+from mailout.db.engine import (
+    DEFAULT_URL,
+    database_url,
+    immediate,
+    immediate_retrying,
+    make_engine,
+)
 
-__all__ = ["DEFAULT_URL", "database_url", "immediate", "make_engine"]
+__all__ = ["DEFAULT_URL", "database_url", "immediate", "immediate_retrying", "make_engine"]

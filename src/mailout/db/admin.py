@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from mailout.db import dialects
 from mailout.db.outages import TransportTrouble, transport_trouble
 from mailout.db.schema import (
     attempt_recipients,
@@ -364,9 +365,8 @@ def requeue(conn: Connection, ids: Iterable[int]) -> Change:
             update(messages)
             .where(messages.c.id.in_(group), _in_statuses(RETRYABLE))  # re-checked: races
             .values(values)
-            .returning(messages.c.id)
         )
-        changed += conn.scalars(stmt).all()
+        changed += dialects.updated_ids(conn, stmt, messages.c.id)
     _forget_refusals(conn, changed)
     return Change(sorted(changed), skipped_statuses(conn, wanted, changed))
 
@@ -395,9 +395,8 @@ def cancel(conn: Connection, ids: Iterable[int]) -> Change:
         update(messages)
         .where(messages.c.id.in_(wanted), messages.c.status == Status.PENDING.value)
         .values(status=Status.CANCELLED.value, reason=OPERATOR_REASON, finished_at=db_now())
-        .returning(messages.c.id)
     )
-    changed = list(conn.scalars(stmt))
+    changed = dialects.updated_ids(conn, stmt, messages.c.id)
     return Change(sorted(changed), skipped_statuses(conn, wanted, changed))
 
 
@@ -466,8 +465,8 @@ def mark_sent(conn: Connection, ids: list[int], provider_id: str | None) -> list
         values["provider_message_id"] = provider_id
     stmt = (update(messages)
             .where(messages.c.id.in_(ids), messages.c.status == Status.UNKNOWN.value)
-            .values(values).returning(messages.c.id))
-    return sorted(conn.execute(stmt).scalars())
+            .values(values))
+    return sorted(dialects.updated_ids(conn, stmt, messages.c.id))
 
 
 def unknown_ids(conn: Connection, ids: list[int]) -> list[int]:

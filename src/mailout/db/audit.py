@@ -88,14 +88,17 @@ def record(
     if not actor.strip():
         raise ValueError("an audit entry needs an actor")
     ids = sorted(set(changed))
-    entry_id: int = conn.execute(
+    # inserted_primary_key: RETURNING where the database has it, the insert id on MySQL.
+    key = conn.execute(
         insert(audit).values(
             created_at=db_now(), actor=_clip(actor.strip(), ACTOR_MAX), action=action.value,
             target=_clip(target, TARGET_MAX),
             reason=_clip(reason.strip(), REASON_MAX) if reason and reason.strip() else None,
             changed=len(ids) if changed_count is None else changed_count, skipped=skipped,
-        ).returning(audit.c.id)
-    ).scalar_one()
+        )
+    ).inserted_primary_key
+    assert key is not None  # a one-row INSERT always has one
+    entry_id = int(key[0])
     if ids:
         conn.execute(insert(audit_messages),
                      [{"audit_id": entry_id, "outbox_id": i} for i in ids])

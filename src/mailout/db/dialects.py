@@ -7,13 +7,25 @@ takes an ``Engine`` or a ``Connection``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, Insert, Table, insert, text
+from sqlalchemy import Connection, Engine, Insert, Table, Update, insert, select, text
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
 
 POSTGRESQL: Final = "postgresql"
 SQLITE: Final = "sqlite"
+MYSQL: Final = "mysql"  # MySQL 8 and MariaDB 10.6+: SQLAlchemy's one "mysql" dialect
+
+# MySQL server error numbers (the first argument of the driver's exception).
+ER_DUP_ENTRY: Final = 1062  # a unique key already holds the value
+ER_LOCK_WAIT_TIMEOUT: Final = 1205  # innodb_lock_wait_timeout passed
+ER_LOCK_DEADLOCK: Final = 1213  # InnoDB chose this transaction as a deadlock victim
+# Headroom under max_allowed_packet for the statement text around a value and its
+# escaping: a binary value is sent escaped, which can cost a byte per byte in the
+# worst case, so a content is held to half the packet.
+PACKET_SHARE: Final = 0.5
 
 Bind = Engine | Connection
 
@@ -46,6 +58,56 @@ def writes_batches_as_json(bind: Bind) -> bool:
     return name_of(bind) == POSTGRESQL
 
 
+def returns_written_rows(bind: Bind) -> bool:
+    """Can INSERT and UPDATE say which rows they wrote (``RETURNING``)? MySQL cannot,
+    and MariaDB only from INSERT and DELETE, so mailout uses neither there."""
+    return name_of(bind) != MYSQL
+
+
+def locks_gaps_under_default_isolation(bind: Bind) -> bool:
+    """Does the server's default isolation (InnoDB's REPEATABLE READ) lock the gaps
+    between index entries a locking read scans? Engines mailout makes then run READ
+    COMMITTED, where a claim locks only the rows it takes."""
+    return name_of(bind) == MYSQL
+
+
+def stores_times_without_zone(bind: Bind) -> bool:
+    """Is a timestamp stored without its zone (MySQL's DATETIME)? Sessions then run
+    in UTC, the zone mailout writes."""
+    return name_of(bind) == MYSQL
+
+
+def claims_in_locking_reads(bind: Bind) -> bool:
+    """Does a claim pick its rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` and then
+    lease them with a plain UPDATE, in one transaction (MySQL, MariaDB)?"""
+    return name_of(bind) == MYSQL
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """Was ``exc`` the server giving up on a lock (a deadlock victim, a lock wait
+    timeout)? The transaction is rolled back and can simply be tried again."""
+    if not isinstance(exc, DBAPIError) or exc.orig is None:
+        return False
+    args = getattr(exc.orig, "args", ())
+    if args and args[0] in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT):
+        return True
+    # PostgreSQL: deadlock_detected and serialization_failure.
+    return getattr(exc.orig, "sqlstate", None) in ("40P01", "40001")
+
+
+def max_value_bytes(conn: Connection) -> int | None:
+    """The largest value one statement can carry, where the server limits it
+    (MySQL's ``max_allowed_packet``, read once per connection); None: no limit that
+    matters at mail sizes."""
+    if name_of(conn) != MYSQL:
+        return None
+    info = conn.connection.info
+    if "mailout_max_packet" not in info:
+        packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
+        info["mailout_max_packet"] = int(packet)
+    return int(info["mailout_max_packet"] * PACKET_SHARE)
+
+
 def serialises_writers_itself(bind: Bind) -> bool:
     """Must mailout take the write lock at BEGIN (SQLite), instead of row locks?"""
     return name_of(bind) == SQLITE
@@ -56,12 +118,19 @@ def limit_statement_time(conn: Connection, milliseconds: int) -> None:
     database allows it per transaction; elsewhere do nothing."""
     if name_of(conn) == POSTGRESQL:
         conn.execute(text(f"SET LOCAL statement_timeout = {int(milliseconds)}"))
+    # MySQL has no per-transaction limit (max_statement_time is per session and
+    # would outlive the transaction on a pooled connection): nothing is set.
 
 
 def insert_ignoring_duplicates(bind: Bind, table: Table, keys: Sequence[str]) -> Insert:
     """An INSERT that skips a row whose ``keys`` (a unique index) already exist: no
     error, no update; with RETURNING, a skipped row returns nothing. A concurrent
-    insert of the same keys waits for the first to commit, then skips."""
+    insert of the same keys waits for the first to commit, then skips.
+
+    MySQL has no RETURNING on INSERT: use :func:`insert_new_row` to learn whether a
+    row was written. Its form is ``ON DUPLICATE KEY UPDATE key = key``, not ``INSERT
+    IGNORE``, which would also turn other errors (a value too long, a broken foreign
+    key) into warnings and write the row anyway."""
     if name_of(bind) == POSTGRESQL:
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -70,4 +139,47 @@ def insert_ignoring_duplicates(bind: Bind, table: Table, keys: Sequence[str]) ->
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
-    return insert(table).prefix_with("IGNORE")  # MySQL and MariaDB
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    stmt = mysql_insert(table)
+    return stmt.on_duplicate_key_update({k: stmt.table.c[k] for k in keys[:1]})
+
+
+def insert_new_row(conn: Connection, table: Table, keys: Sequence[str],
+                   values: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Insert one row unless a row with its ``keys`` (a unique index) exists; its
+    primary key, or None when the keys were taken. Racing inserts of the same keys
+    wait for the first to commit (then find it taken) or roll back (then insert)."""
+    pk = list(table.primary_key.columns)
+    if returns_written_rows(conn):
+        row = conn.execute(insert_ignoring_duplicates(conn, table, keys)
+                           .values(dict(values)).returning(*pk)).first()
+        return None if row is None else tuple(row)
+    # MySQL: a plain INSERT in a savepoint; only a duplicate of these keys is taken
+    # as "exists", every other error propagates.
+    try:
+        with conn.begin_nested():
+            result = conn.execute(insert(table).values(dict(values)))
+    except IntegrityError as exc:
+        if getattr(exc.orig, "args", (None,))[0] == ER_DUP_ENTRY:
+            return None
+        raise
+    return tuple(result.inserted_primary_key or ())
+
+
+def updated_ids(conn: Connection, stmt: Update, id_column: ColumnElement[Any]) -> list[Any]:
+    """Run ``stmt`` and return the ids of the rows it changed.
+
+    Without UPDATE ... RETURNING (MySQL) the matching rows are first read and locked
+    (``FOR UPDATE``), then exactly those are updated: a concurrent change cannot slip
+    in between, so the ids are the rows changed.
+    """
+    if returns_written_rows(conn):
+        return list(conn.scalars(stmt.returning(id_column)))
+    locked = select(id_column).with_for_update()
+    if stmt.whereclause is not None:
+        locked = locked.where(stmt.whereclause)
+    ids = list(conn.scalars(locked))
+    if ids:
+        conn.execute(stmt.where(id_column.in_(ids)))
+    return ids

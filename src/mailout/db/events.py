@@ -157,8 +157,7 @@ def store_event(conn: Connection, event: Event, link: Link | None) -> int | None
         "occurred_at": _utc(event.occurred_at), "received_at": db_now(),
         "diagnostic": event.diagnostic, "payload": event.payload or None,
     }
-    stmt = dialects.insert_ignoring_duplicates(conn, events, ("provider", "provider_event_id"))
-    row = conn.execute(stmt.values(values).returning(events.c.id)).first()
+    row = dialects.insert_new_row(conn, events, ("provider", "provider_event_id"), values)
     return None if row is None else int(row[0])
 
 
@@ -262,10 +261,10 @@ def suppress(conn: Connection, address: str, reason: str, *, event_id: int | Non
     The first reason stays: a complaint after a hard bounce changes nothing. Each
     addition is logged with its reason, event and actor.
     """
-    stmt = dialects.insert_ignoring_duplicates(conn, suppressions, ("address",)).values(
-        address=address, reason=reason, event_id=event_id,
-        detail=_cut(detail, 200), created_by=_cut(actor, 200), created_at=db_now())
-    added = conn.execute(stmt.returning(suppressions.c.address)).first() is not None
+    added = dialects.insert_new_row(conn, suppressions, ("address",), {
+        "address": address, "reason": reason, "event_id": event_id,
+        "detail": _cut(detail, 200), "created_by": _cut(actor, 200), "created_at": db_now(),
+    }) is not None
     if added:
         _log(conn, address, ADDED, reason=reason, event_id=event_id, actor=actor, note=detail)
     return added
@@ -333,9 +332,8 @@ def _suppression(m: Mapping[Any, Any]) -> Suppression:
 
 def claim_nonce(conn: Connection, provider: str, nonce: str) -> bool:
     """Record a signed delivery's nonce; False when it was already recorded (a replay)."""
-    stmt = dialects.insert_ignoring_duplicates(conn, webhook_nonces, ("provider", "nonce")).values(
-        provider=provider, nonce=nonce[:255], seen_at=db_now())
-    return conn.execute(stmt.returning(webhook_nonces.c.nonce)).first() is not None
+    return dialects.insert_new_row(conn, webhook_nonces, ("provider", "nonce"), {
+        "provider": provider, "nonce": nonce[:255], "seen_at": db_now()}) is not None
 
 
 def prune_nonces(conn: Connection, older_than_seconds: float) -> int:

@@ -7,7 +7,6 @@ the row that holds them; workers are woken by NOTIFY on commit (PostgreSQL). Lik
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Float, bindparam, func, select, text
-from sqlalchemy.dialects import postgresql, sqlite
 
 from mailout.db import dialects
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
@@ -61,10 +59,13 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
             stmt_pg = _INSERT_NOTIFY_PG if notify else _INSERT_PG
             result = conn.execute(stmt_pg, _insert_rows(params))
             notify = False
-        else:
-            stmt = _insert_statement(dialects.name_of(conn))
+        elif dialects.returns_written_rows(conn):
+            stmt = _insert_statement(conn)
             # One row goes as a plain execute: executemany costs more than it saves.
             result = conn.execute(stmt, params[0] if len(params) == 1 else params)
+        else:
+            _insert_then_lock(conn, params, first, created)
+            return created
         for rid, key, mid in result:
             created[key] = Stored(rid, mid, True, first[key])
     if notify:
@@ -154,23 +155,42 @@ def _insert_rows(params: Sequence[Mapping[str, Any]]) -> dict[str, str]:
                                default=json_default)}
 
 
-@functools.cache
-def _insert_statement(dialect: str) -> Any:
-    """INSERT ... ON CONFLICT (key) DO NOTHING RETURNING, built once per dialect.
+_STATEMENTS: dict[str, Any] = {}  # dialect name -> the insert, built once
 
-    Building it per call costs more than the round trip on a fast network.
-    """
-    if dialect == dialects.POSTGRESQL:
-        base: Any = postgresql.insert(messages)
-    elif dialect == dialects.SQLITE:
-        base = sqlite.insert(messages)
-    else:
-        raise NotImplementedError(f"mailout does not support the {dialect} dialect yet")
-    return (
-        base.on_conflict_do_nothing(index_elements=["idempotency_key"])
-        .values(_INSERT_VALUES)
-        .returning(messages.c.id, messages.c.idempotency_key, messages.c.message_id)
-    )
+
+def _insert_statement(conn: Connection) -> Any:
+    """INSERT ... skipping an existing key (RETURNING where the database can), built
+    once per dialect: building it per call costs more than the round trip on a fast
+    network."""
+    name = dialects.name_of(conn)
+    if name not in _STATEMENTS:
+        stmt = dialects.insert_ignoring_duplicates(conn, messages, ["idempotency_key"])
+        stmt = stmt.values(_INSERT_VALUES)
+        if dialects.returns_written_rows(conn):
+            stmt = stmt.returning(messages.c.id, messages.c.idempotency_key,
+                                  messages.c.message_id)
+        _STATEMENTS[name] = stmt
+    return _STATEMENTS[name]
+
+
+def _insert_then_lock(conn: Connection, params: Sequence[Mapping[str, Any]],
+                      first: Mapping[str, Mapping[str, Any]],
+                      found: dict[str, Stored]) -> None:
+    """MySQL: insert (``ON DUPLICATE KEY UPDATE key = key``), then read every key's row
+    with a locking read, which sees the newest committed row under any isolation
+    (a plain read under REPEATABLE READ could miss one committed by a racing
+    transaction). The insert already holds those rows' locks, so it does not wait.
+    A row is ours when it carries the Message-ID this call generated."""
+    conn.execute(_insert_statement(conn), params[0] if len(params) == 1 else list(params))
+    cols = [messages.c.id, messages.c.idempotency_key, messages.c.message_id]
+    cols += [messages.c[c] for c in CONTENT_COLUMNS]
+    rows = conn.execute(select(*cols).where(messages.c.idempotency_key.in_(list(first)))
+                        .with_for_update())
+    for r in rows:
+        m = r._mapping
+        ours = m["message_id"] == first[m["idempotency_key"]]["message_id"]
+        content = first[m["idempotency_key"]] if ours else dict(m)
+        found[m["idempotency_key"]] = Stored(m["id"], m["message_id"], ours, content)
 
 
 def notify_queues(conn: Connection, queues: Iterable[str]) -> None:

@@ -33,6 +33,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
     union_all,
     update,
 )
@@ -143,6 +144,9 @@ def claim(
                          expired_only)
         # One fetch for the batch (iterating fetches row by row).
         return _claimed_rows(conn, conn.execute(stmt, params).mappings().all())
+    if dialects.claims_in_locking_reads(conn):
+        return _claim_locking(conn, params, [*_filters(queues, exclude_queues, exclude_templates),
+                                             *_expired_filter(expired_only)])
     candidates = (
         select(
             messages.c.id,
@@ -161,26 +165,67 @@ def claim(
     prev = {r.id: r for r in conn.execute(candidates)}
     if not prev:
         return []
-    plain = update(messages).where(messages.c.id.in_(list(prev))).values(_LEASE)
+    plain = update(messages).where(messages.c.id.in_(list(prev))).ordered_values(*_LEASE_SET)
     updated = conn.execute(plain.returning(*_CLAIMED_COLUMNS, _SUPPRESSED), params)
     return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
+
+
+_PREV_COLUMNS = (messages.c.id, messages.c.status.label("prev_status"),
+                 messages.c.lease_owner.label("prev_owner"),
+                 messages.c.last_attempt_at.label("prev_started"),
+                 messages.c.lease_transport.label("prev_transport"))
+
+
+def _claim_locking(conn: Connection, params: Mapping[str, Any],
+                   filters: list[ColumnElement[bool]]) -> list[ClaimedMessage]:
+    """MySQL's claim: lock due rows with ``FOR UPDATE SKIP LOCKED`` (expired leases
+    first, then pending rows in claim order, each read through an index led by the
+    status), lease exactly those, then read them back: no RETURNING. Rows another
+    claimer holds are skipped, never waited for, so two claims neither take one row
+    nor wait on each other."""
+    limit = int(params["limit"])
+    now = db_now()
+    expired = (select(*_PREV_COLUMNS)
+               .where(messages.c.status == Status.SENDING.value,
+                      messages.c.lease_expires_at <= now, *filters)
+               .order_by(messages.c.lease_expires_at).limit(limit)
+               .with_for_update(skip_locked=True))
+    prev = {r.id: r for r in conn.execute(expired)}
+    if len(prev) < limit:
+        pending = (select(*_PREV_COLUMNS)
+                   .where(messages.c.status == Status.PENDING.value,
+                          messages.c.next_attempt_at <= now, *filters)
+                   .order_by(messages.c.priority.desc(), messages.c.next_attempt_at,
+                             messages.c.id)
+                   .limit(limit - len(prev))
+                   .with_for_update(skip_locked=True))
+        prev.update((r.id, r) for r in conn.execute(pending))
+    if not prev:
+        return []
+    ids = list(prev)
+    conn.execute(update(messages).where(messages.c.id.in_(ids)).ordered_values(*_LEASE_SET), params)
+    leased = conn.execute(select(*_CLAIMED_COLUMNS, _SUPPRESSED).where(messages.c.id.in_(ids)))
+    return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in leased])
 
 
 _ABANDONED = messages.c.status == Status.SENDING.value  # SET sees the old row
 # What a claim writes; the bind parameters are the claim's owner, token, lease and
 # transport.
 _LEASE: dict[str, Any] = {
-    "status": Status.SENDING.value,
-    "attempts": messages.c.attempts + 1,
-    # SET sees the old row: a row still "sending" was abandoned mid-attempt.
-    "unknown_attempts": messages.c.unknown_attempts + case((_ABANDONED, 1), else_=0),
-    "unknown_since": case(
-        (_ABANDONED, func.coalesce(messages.c.unknown_since, messages.c.last_attempt_at)),
-        else_=messages.c.unknown_since),
+    # First: MySQL evaluates SET left to right and later assignments see the values
+    # earlier ones wrote (PostgreSQL and SQLite read the old row throughout), so what
+    # reads another column goes before that column changes (see in_set_order).
     "unknown_via": case(
         (_ABANDONED & messages.c.unknown_since.is_(None), messages.c.lease_transport),
         (_ABANDONED & (messages.c.unknown_via != messages.c.lease_transport), literal("*")),
         else_=messages.c.unknown_via),
+    # The old row's status: a row still "sending" was abandoned mid-attempt.
+    "unknown_attempts": messages.c.unknown_attempts + case((_ABANDONED, 1), else_=0),
+    "unknown_since": case(
+        (_ABANDONED, func.coalesce(messages.c.unknown_since, messages.c.last_attempt_at)),
+        else_=messages.c.unknown_since),
+    "status": Status.SENDING.value,
+    "attempts": messages.c.attempts + 1,
     "lease_transport": bindparam("transport", type_=String),
     "lease_owner": bindparam("owner", type_=String),
     "lease_token": bindparam("token", type_=String),
@@ -188,6 +233,16 @@ _LEASE: dict[str, Any] = {
     "first_attempt_at": func.coalesce(messages.c.first_attempt_at, db_now()),
     "last_attempt_at": db_now(),
 }
+
+
+def in_set_order(**values: Any) -> tuple[tuple[Any, Any], ...]:
+    """``values`` as UPDATE ... SET assignments in the order given, for
+    ``ordered_values``: MySQL applies them one after another, and an assignment that
+    reads a column must come before the one that changes it."""
+    return tuple((messages.c[name], value) for name, value in values.items())
+
+
+_LEASE_SET = in_set_order(**_LEASE)
 
 
 def _expired_filter(expired_only: bool) -> list[ColumnElement[bool]]:
@@ -205,7 +260,7 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
     return (
         update(messages)
         .where(messages.c.id == due.c.id)
-        .values(_LEASE)
+        .ordered_values(*_LEASE_SET)
         .returning(*_CLAIMED_COLUMNS, due.c.prev_status, due.c.prev_owner,
                    due.c.prev_started, _SUPPRESSED, due.c.prev_transport)
     )
@@ -442,16 +497,26 @@ def _complete_row_statement() -> Any:
     m = messages.c
 
     def arg(name: str, type_: Any = None) -> Any:
-        # Typed, so that "? IS NULL" means something to PostgreSQL as well.
+        # Typed, so that "? IS NULL" means something to PostgreSQL as well. (Booleans
+        # are tested with IS TRUE instead: MySQL has no CAST to a boolean.)
         param: Any = bindparam(f"p_{name}")
         return param if type_ is None else cast(param, type_)
+
+    def flag(name: str) -> Any:
+        return bindparam(f"p_{name}", type_=Boolean).is_(true())
 
     reply_code = arg("reply_code", SmallInteger)
     return (
         update(messages)
         .where(m.id == arg("id"), m.lease_token == arg("token"),
                m.status == Status.SENDING.value)
-        .values(
+        # unknown_via first: it reads the old unknown_since (see in_set_order).
+        .ordered_values(*in_set_order(
+            unknown_via=case(
+                (arg("unknown", Integer) == 0, m.unknown_via),
+                (m.unknown_since.is_(None), arg("transport", String)),
+                (m.unknown_via.is_distinct_from(arg("transport", String)), literal("*")),
+                else_=m.unknown_via),
             status=arg("status"),
             reason=arg("reason"),
             lease_owner=None,
@@ -462,8 +527,8 @@ def _complete_row_statement() -> Any:
                                  else_=arg("reply_text")),
             provider_message_id=func.coalesce(arg("provider_id", String), m.provider_message_id),
             redirected_to=func.coalesce(arg("redirected_to", String), m.redirected_to),
-            sent_at=case((arg("sent", Boolean), db_now()), else_=m.sent_at),
-            finished_at=case((arg("final", Boolean), db_now()), else_=m.finished_at),
+            sent_at=case((flag("sent"), db_now()), else_=m.sent_at),
+            finished_at=case((flag("final"), db_now()), else_=m.finished_at),
             next_attempt_at=case((arg("delay", Float).is_(None), m.next_attempt_at),
                                  else_=db_now_plus(arg("delay", Float))),
             attempts=m.attempts - arg("uncharge", Integer),
@@ -474,12 +539,7 @@ def _complete_row_statement() -> Any:
                                 func.coalesce(m.unknown_since,
                                               bindparam("p_started_at", type_=Timestamp))),
                                else_=m.unknown_since),
-            unknown_via=case(
-                (arg("unknown", Integer) == 0, m.unknown_via),
-                (m.unknown_since.is_(None), arg("transport", String)),
-                (m.unknown_via.is_distinct_from(arg("transport", String)), literal("*")),
-                else_=m.unknown_via),
-        )
+        ))
     )
 
 

@@ -6,8 +6,8 @@ checks that the two agree.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from sqlalchemy import (
     JSON,
@@ -25,9 +25,11 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     text,
     true,
 )
+from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.dialects.mysql import LONGBLOB
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
@@ -47,10 +49,36 @@ metadata = MetaData(
     }
 )
 
+# MySQL: InnoDB, and binary comparison as on the other databases (keys and addresses
+# are case-sensitive), whatever the database's default collation.
+MYSQL_TABLE: Final[dict[str, Any]] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                                  "mysql_collate": "utf8mb4_bin"}
+
 # SQLite only auto-increments an INTEGER PRIMARY KEY; BIGINT would stay NULL.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
-Timestamp = DateTime(timezone=True)
+
+
+class _UtcDatetime(TypeDecorator[datetime]):
+    """MySQL's DATETIME(6) holding UTC. The driver would write an aware value's
+    digits and drop its zone, so it is converted to UTC first; values come back
+    naive UTC, as from SQLite (``mailout.timeutil.aware`` reads them)."""
+
+    impl = MYSQL_DATETIME(fsp=6)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            return value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+
+# MySQL's DATETIME keeps whole seconds unless told otherwise: microseconds keep claim
+# order and lease expiry as precise as on the other databases.
+Timestamp = DateTime(timezone=True).with_variant(_UtcDatetime(), "mysql")
+# The databases whose partial indexes serve claims; MySQL (no partial indexes) gets
+# indexes led by the status instead (MYSQL_CLAIM_INDEXES).
+_PARTIAL: Final = ("postgresql", "sqlite")
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in Status)
 _PENDING = text(f"status = '{Status.PENDING.value}'")
@@ -128,7 +156,7 @@ messages = Table(
         "id",
         postgresql_where=_PENDING,
         sqlite_where=_PENDING,
-    ),
+    ).ddl_if(dialect=_PARTIAL),  # type: ignore[arg-type]  # a tuple works (DDLIf); the stub says str
     Index(
         "ix_mailout_messages_pending_order",
         text("priority DESC"),
@@ -136,13 +164,13 @@ messages = Table(
         "id",
         postgresql_where=_PENDING,
         sqlite_where=_PENDING,
-    ),
+    ).ddl_if(dialect=_PARTIAL),  # type: ignore[arg-type]  # a tuple works (DDLIf); the stub says str
     Index(
         "ix_mailout_messages_leased",
         "lease_expires_at",
         postgresql_where=_SENDING,
         sqlite_where=_SENDING,
-    ),
+    ).ddl_if(dialect=_PARTIAL),  # type: ignore[arg-type]  # a tuple works (DDLIf); the stub says str
     # Partial, so that an enqueue (NULL in both) does not pay for them.
     Index(
         "ix_mailout_messages_provider_id",
@@ -164,7 +192,17 @@ messages = Table(
     Index("ix_mailout_messages_queue_id", "queue", "id"),
     Index("ix_mailout_messages_template_id", "template", "id"),
     Index("ix_mailout_messages_recipient_id", "recipient", "id"),
+    # MySQL's claim order: the partial indexes above, led by the status instead of
+    # filtered on it (an index on the status alone would make a claim read every
+    # pending row). Expired leases are found through (status, id): few rows.
+    Index("ix_mailout_messages_claim_due", "status", "queue", text("priority DESC"),
+          "next_attempt_at", "id").ddl_if(dialect="mysql"),
+    Index("ix_mailout_messages_claim_order", "status", text("priority DESC"),
+          "next_attempt_at", "id").ddl_if(dialect="mysql"),
+    **MYSQL_TABLE,
 )
+
+MYSQL_CLAIM_INDEXES = ("ix_mailout_messages_claim_due", "ix_mailout_messages_claim_order")
 
 attempts = Table(
     "mailout_attempts",
@@ -193,6 +231,7 @@ attempts = Table(
     Column("transport", String(64)),  # the transport (or failover member) it went through
     Index("ix_mailout_attempts_outbox_id", "outbox_id"),
     Index("ix_mailout_attempts_outcome_finished", "outcome", "finished_at"),
+    **MYSQL_TABLE,
 )
 
 # One row per distinct attachment content, whatever the messages that carry it: the
@@ -205,6 +244,7 @@ attachments = Table(
     # LONGBLOB on MySQL: its BLOB stops at 64 KB.
     Column("content", LargeBinary().with_variant(LONGBLOB(), "mysql"), nullable=False),
     Column("created_at", Timestamp, nullable=False),
+    **MYSQL_TABLE,
 )
 
 # Which message carries which attachment, under which name and type, in order.
@@ -221,6 +261,7 @@ message_attachments = Table(
     Column("inline", Boolean, nullable=False),
     Column("cid", String(255)),
     Index("ix_mailout_message_attachments_sha256", "sha256"),
+    **MYSQL_TABLE,
 )
 
 # Per-recipient outcomes of the attempts of messages to several recipients.
@@ -238,6 +279,7 @@ attempt_recipients = Table(
     Column("reply_text", String(1000)),
     Column("created_at", Timestamp, nullable=False),
     Index("ix_mailout_attempt_recipients_outbox_id", "outbox_id"),
+    **MYSQL_TABLE,
 )
 
 # Operator switches: a paused queue or template stays pending on every worker.
@@ -249,6 +291,7 @@ pauses = Table(
     Column("reason", String(200)),
     Column("created_at", Timestamp, nullable=False),
     CheckConstraint("kind IN ('queue', 'template')", name="kind"),
+    **MYSQL_TABLE,
 )
 
 # Delivery events reported by providers (webhooks) or by mail (DSN, ARF); see
@@ -278,6 +321,7 @@ events = Table(
     Index("ix_mailout_events_outbox_id", "outbox_id"),
     Index("ix_mailout_events_recipient", "recipient", "type", "occurred_at"),
     Index("ix_mailout_events_occurred", "occurred_at"),
+    **MYSQL_TABLE,
 )
 
 # Addresses no mail goes to; a send-time guard cancels mail to them (reason suppressed).
@@ -290,6 +334,7 @@ suppressions = Table(
     Column("detail", String(200)),
     Column("created_by", String(200)),
     Column("created_at", Timestamp, nullable=False),
+    **MYSQL_TABLE,
 )
 
 # Every addition and removal, with who did it and why: a removal is a decision to mail
@@ -307,6 +352,7 @@ suppression_log = Table(
     Column("at", Timestamp, nullable=False),
     CheckConstraint("action IN ('added', 'removed')", name="action"),
     Index("ix_mailout_suppression_log_address", "address"),
+    **MYSQL_TABLE,
 )
 
 # Signed webhook deliveries already accepted, by their provider-signed nonce: an
@@ -318,6 +364,7 @@ webhook_nonces = Table(
     Column("nonce", String(255), primary_key=True),
     Column("seen_at", Timestamp, nullable=False),
     Index("ix_mailout_webhook_nonces_seen", "seen_at"),
+    **MYSQL_TABLE,
 )
 
 # The audit log: one row per operator action (console, CLI or API), who, when, what
@@ -333,6 +380,7 @@ audit = Table(
     Column("reason", String(500)),
     Column("changed", Integer, nullable=False),
     Column("skipped", Integer, nullable=False, server_default="0"),
+    **MYSQL_TABLE,
 )
 
 # Which messages an audit entry changed, so a message's page can show its history.
@@ -344,6 +392,7 @@ audit_messages = Table(
            primary_key=True),
     Column("outbox_id", Id, primary_key=True),
     Index("ix_mailout_audit_messages_outbox_id", "outbox_id"),
+    **MYSQL_TABLE,
 )
 
 REPLY_TEXT_MAX = 1000

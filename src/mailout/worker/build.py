@@ -26,7 +26,7 @@ from mailout.worker.runtime import Worker, make_rng, worker_name
 
 log = logging.getLogger("mailout.worker.runtime")
 
-NO_NOTIFY_POLL = 0.2  # no NOTIFY to wake workers (SQLite): poll more often
+NO_NOTIFY_POLL = 0.2  # no NOTIFY to wake workers (SQLite, MySQL): poll more often
 NOTIFY_POLL = 1.0  # NOTIFY wakes workers at once; polling is only the safety net
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import attempt, db
@@ -146,13 +146,16 @@ class LaneRunner:
 
     def _claim(self, queues: tuple[str, ...], exclude: tuple[str, ...],
                limit: int, expired_only: bool = False) -> list[ClaimedMessage]:
-        with db.immediate(self.worker.engine) as conn:
+        def claim(conn: Connection) -> list[ClaimedMessage]:
             paused = self.worker.pauses.current(conn)
             return leasing.claim(conn, owner=self.ctx.worker, limit=limit,
-                               lease_seconds=self.worker.options.lease_seconds, queues=queues,
-                               exclude_queues=(*exclude, *paused.queues),
-                               exclude_templates=paused.templates, expired_only=expired_only,
-                               transport=self.ctx.transport.name)
+                                 lease_seconds=self.worker.options.lease_seconds, queues=queues,
+                                 exclude_queues=(*exclude, *paused.queues),
+                                 exclude_templates=paused.templates, expired_only=expired_only,
+                                 transport=self.ctx.transport.name)
+
+        # A deadlock (MySQL) rolls the claim back whole: it is run again, not raised.
+        return db.immediate_retrying(self.worker.engine, claim)
 
     def _wait_time(self) -> float:
         poll = self.worker.options.poll_seconds

@@ -6,9 +6,17 @@ Revises:
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
 from sqlalchemy.dialects.postgresql import JSONB
+
+# MySQL: InnoDB, and binary comparison as on the other databases (keys and addresses
+# are case-sensitive), whatever the database's default collation.
+MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                               "mysql_collate": "utf8mb4_bin"}
 
 revision = "0001"
 down_revision = None
@@ -18,7 +26,7 @@ depends_on = None
 STATUSES = "'pending', 'sending', 'sent', 'failed', 'dead', 'cancelled', 'unknown'"
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Json = sa.JSON().with_variant(JSONB(), "postgresql")
-Ts = sa.DateTime(timezone=True)
+Ts = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql")  # microseconds on MySQL
 
 
 def upgrade() -> None:
@@ -58,34 +66,16 @@ def upgrade() -> None:
         sa.CheckConstraint(f"status IN ({STATUSES})", name="ck_mailout_messages_status"),
         sa.CheckConstraint("attempts >= 0", name="ck_mailout_messages_attempts"),
         sa.PrimaryKeyConstraint("id", name="pk_mailout_messages"),
+        **MYSQL_TABLE,
     )
     op.create_index("ux_mailout_messages_key", "mailout_messages", ["idempotency_key"], unique=True)
     op.create_index(
         "ux_mailout_messages_message_id", "mailout_messages", ["message_id"], unique=True
     )
-    pending = sa.text("status = 'pending'")
-    sending = sa.text("status = 'sending'")
-    op.create_index(
-        "ix_mailout_messages_due",
-        "mailout_messages",
-        ["queue", sa.text("priority DESC"), "next_attempt_at", "id"],
-        postgresql_where=pending,
-        sqlite_where=pending,
-    )
-    op.create_index(
-        "ix_mailout_messages_pending_order",
-        "mailout_messages",
-        [sa.text("priority DESC"), "next_attempt_at", "id"],
-        postgresql_where=pending,
-        sqlite_where=pending,
-    )
-    op.create_index(
-        "ix_mailout_messages_leased",
-        "mailout_messages",
-        ["lease_expires_at"],
-        postgresql_where=sending,
-        sqlite_where=sending,
-    )
+    if op.get_context().dialect.name == "mysql":
+        _mysql_claim_indexes()
+    else:
+        _partial_claim_indexes()
     has_provider_id = sa.text("provider_message_id IS NOT NULL")
     finished = sa.text("finished_at IS NOT NULL")
     op.create_index(
@@ -126,8 +116,43 @@ def upgrade() -> None:
             name="fk_mailout_attempts_outbox_id_mailout_messages",
             ondelete="CASCADE",
         ),
+        **MYSQL_TABLE,
     )
     op.create_index("ix_mailout_attempts_outbox_id", "mailout_attempts", ["outbox_id"])
+
+
+def _partial_claim_indexes() -> None:
+    pending = sa.text("status = 'pending'")
+    sending = sa.text("status = 'sending'")
+    op.create_index(
+        "ix_mailout_messages_due",
+        "mailout_messages",
+        ["queue", sa.text("priority DESC"), "next_attempt_at", "id"],
+        postgresql_where=pending,
+        sqlite_where=pending,
+    )
+    op.create_index(
+        "ix_mailout_messages_pending_order",
+        "mailout_messages",
+        [sa.text("priority DESC"), "next_attempt_at", "id"],
+        postgresql_where=pending,
+        sqlite_where=pending,
+    )
+    op.create_index(
+        "ix_mailout_messages_leased",
+        "mailout_messages",
+        ["lease_expires_at"],
+        postgresql_where=sending,
+        sqlite_where=sending,
+    )
+
+
+def _mysql_claim_indexes() -> None:
+    # No partial indexes on MySQL: the claim order is led by the status instead.
+    op.create_index("ix_mailout_messages_claim_due", "mailout_messages",
+                    ["status", "queue", sa.text("priority DESC"), "next_attempt_at", "id"])
+    op.create_index("ix_mailout_messages_claim_order", "mailout_messages",
+                    ["status", sa.text("priority DESC"), "next_attempt_at", "id"])
 
 
 def downgrade() -> None:

@@ -6,8 +6,17 @@ Revises: 0001
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
+
+Ts = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql")  # microseconds on MySQL
+# MySQL: InnoDB, and binary comparison as on the other databases (keys and addresses
+# are case-sensitive), whatever the database's default collation.
+MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                               "mysql_collate": "utf8mb4_bin"}
 
 revision = "0002"
 down_revision = "0001"
@@ -25,9 +34,10 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("name", sa.String(200), nullable=False),
         sa.Column("reason", sa.String(200)),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("created_at", Ts, nullable=False),
         sa.PrimaryKeyConstraint("kind", "name", name="pk_mailout_pauses"),
         sa.CheckConstraint("kind IN ('queue', 'template')", name="ck_mailout_pauses_kind"),
+        **MYSQL_TABLE,
     )
 
 

@@ -6,8 +6,16 @@ Revises: 0002
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
+
+# MySQL: InnoDB, and binary comparison as on the other databases (keys and addresses
+# are case-sensitive), whatever the database's default collation.
+MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                               "mysql_collate": "utf8mb4_bin"}
 
 revision = "0003"
 down_revision = "0002"
@@ -15,7 +23,7 @@ branch_labels = None
 depends_on = None
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-Ts = sa.DateTime(timezone=True)
+Ts = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql")  # microseconds on MySQL
 TYPES = "'delivered', 'bounced', 'deferred', 'complained', 'unsubscribed', 'rejected'"
 
 
@@ -41,6 +49,7 @@ def upgrade() -> None:
                                 name="fk_mailout_events_outbox_id_mailout_messages",
                                 ondelete="SET NULL"),
         sa.CheckConstraint(f"type IN ({TYPES})", name="ck_mailout_events_type"),
+        **MYSQL_TABLE,
     )
     op.create_index("ux_mailout_events_provider_event", "mailout_events",
                     ["provider", "provider_event_id"], unique=True)
@@ -61,6 +70,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["event_id"], ["mailout_events.id"],
                                 name="fk_mailout_suppressions_event_id_mailout_events",
                                 ondelete="SET NULL"),
+        **MYSQL_TABLE,
     )
     op.create_table(
         "mailout_suppression_log",
@@ -75,6 +85,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_mailout_suppression_log"),
         sa.CheckConstraint("action IN ('added', 'removed')",
                            name="ck_mailout_suppression_log_action"),
+        **MYSQL_TABLE,
     )
     op.create_index("ix_mailout_suppression_log_address", "mailout_suppression_log",
                     ["address"])
@@ -84,6 +95,7 @@ def upgrade() -> None:
         sa.Column("nonce", sa.String(255), nullable=False),
         sa.Column("seen_at", Ts, nullable=False),
         sa.PrimaryKeyConstraint("provider", "nonce", name="pk_mailout_webhook_nonces"),
+        **MYSQL_TABLE,
     )
     op.create_index("ix_mailout_webhook_nonces_seen", "mailout_webhook_nonces", ["seen_at"])
 

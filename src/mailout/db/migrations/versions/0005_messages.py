@@ -6,10 +6,17 @@ Revises: 0004
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects.mysql import LONGBLOB
+from sqlalchemy.dialects.mysql import DATETIME, LONGBLOB
 from sqlalchemy.dialects.postgresql import JSONB
+
+# MySQL: InnoDB, and binary comparison as on the other databases (keys and addresses
+# are case-sensitive), whatever the database's default collation.
+MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                               "mysql_collate": "utf8mb4_bin"}
 
 revision = "0005"
 down_revision = "0004"
@@ -18,7 +25,7 @@ depends_on = None
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Json = sa.JSON().with_variant(JSONB(), "postgresql")
-Ts = sa.DateTime(timezone=True)
+Ts = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql")  # microseconds on MySQL
 
 
 def upgrade() -> None:
@@ -35,6 +42,7 @@ def upgrade() -> None:
                   nullable=False),
         sa.Column("created_at", Ts, nullable=False),
         sa.PrimaryKeyConstraint("sha256", name="pk_mailout_attachments"),
+        **MYSQL_TABLE,
     )
     op.create_table(
         "mailout_message_attachments",
@@ -52,6 +60,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["sha256"], ["mailout_attachments.sha256"],
             name="fk_mailout_message_attachments_sha256_mailout_attachments"),
+        **MYSQL_TABLE,
     )
     op.create_index("ix_mailout_message_attachments_sha256", "mailout_message_attachments",
                     ["sha256"])
@@ -70,6 +79,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["outbox_id"], ["mailout_messages.id"], ondelete="CASCADE",
             name="fk_mailout_attempt_recipients_outbox_id_mailout_messages"),
+        **MYSQL_TABLE,
     )
     op.create_index("ix_mailout_attempt_recipients_outbox_id", "mailout_attempt_recipients",
                     ["outbox_id"])

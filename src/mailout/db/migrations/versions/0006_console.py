@@ -15,8 +15,16 @@ Revises: 0005
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
+
+# MySQL: InnoDB, and binary comparison as on the other databases (keys and addresses
+# are case-sensitive), whatever the database's default collation.
+MYSQL_TABLE: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4",
+                               "mysql_collate": "utf8mb4_bin"}
 
 revision = "0006"
 down_revision = "0005"
@@ -24,7 +32,7 @@ branch_labels = None
 depends_on = None
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-Ts = sa.DateTime(timezone=True)
+Ts = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql")  # microseconds on MySQL
 
 MESSAGE_INDEXES = {
     "ix_mailout_messages_status_id": ["status", "id"],
@@ -48,6 +56,7 @@ def upgrade() -> None:
         sa.Column("changed", sa.Integer, nullable=False),
         sa.Column("skipped", sa.Integer, nullable=False, server_default="0"),
         sa.PrimaryKeyConstraint("id", name="pk_mailout_audit"),
+        **MYSQL_TABLE,
     )
     op.create_table(
         "mailout_audit_messages",
@@ -56,6 +65,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("audit_id", "outbox_id", name="pk_mailout_audit_messages"),
         sa.ForeignKeyConstraint(["audit_id"], ["mailout_audit.id"], ondelete="CASCADE",
                                 name="fk_mailout_audit_messages_audit_id_mailout_audit"),
+        **MYSQL_TABLE,
     )
     op.create_index("ix_mailout_audit_messages_outbox_id", "mailout_audit_messages",
                     ["outbox_id"])

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.mysql import DATETIME
+
+Ts = sa.DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql")  # microseconds on MySQL
 
 revision = "0007"
 down_revision = "0006"
@@ -28,7 +31,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("transport", sa.String(64)))
     with op.batch_alter_table("mailout_messages") as batch:
         batch.add_column(sa.Column("lease_transport", sa.String(64)))
-        batch.add_column(sa.Column("unknown_since", sa.DateTime(timezone=True)))
+        batch.add_column(sa.Column("unknown_since", Ts))
         batch.add_column(sa.Column("unknown_via", sa.String(64)))
 
 
