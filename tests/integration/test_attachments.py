@@ -1,4 +1,4 @@
-"""Attachment storage on SQLite and PostgreSQL: stored once per content, in the
+"""Attachment storage on SQLite, PostgreSQL and MariaDB: stored once per content, in the
 caller's transaction, size-limited at enqueue, and purged once nothing refers to it."""
 
 from __future__ import annotations
@@ -132,3 +132,30 @@ def test_purge_removes_contents_no_message_refers_to(engine: Engine) -> None:
         left = conn.execute(select(attachments.c.sha256)).scalars().all()
     assert left == [stored.digest(b"shared")]
     assert count(engine, message_attachments) == 1
+
+
+def test_an_attachment_over_the_servers_packet_limit_is_refused_not_dropped(
+    mysql_url: str,
+) -> None:
+    """MariaDB drops the connection on a statement over max_allowed_packet; enqueue
+    refuses it first, with the limit in the error, and the transaction lives on."""
+    from mailout import db
+
+    engine = db.make_engine(mysql_url)
+    with engine.connect() as conn:
+        packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+    big = Attachment("scan.tiff", b"\0" * (packet // 2 + 1))  # NUL bytes go escaped: x2
+    roomy = EnqueueSettings(message_id_domain="test.example.com",
+                            max_attachment_bytes=packet * 2, max_message_bytes=packet * 4)
+    with engine.begin() as conn:
+        with pytest.raises(InvalidMessage, match="max_allowed_packet") as err:
+            enqueue(conn, to="a@example.com", subject="Scan", text="x", key="big",
+                    attachments=[big], settings=roomy)
+        assert err.value.field == "attachments"
+        assert "scan.tiff" in err.value.reason
+        # The same transaction goes on: nothing was sent, the connection is whole.
+        enqueue(conn, to="a@example.com", subject="Scan", text="x", key="small",
+                attachments=[Attachment("note.txt", b"fits")], settings=roomy)
+    assert count(engine, messages) == 1
+    assert count(engine, attachments) == 1
+    engine.dispose()

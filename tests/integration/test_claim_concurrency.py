@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, select, update
 
 from mailout import db
 from mailout.db import leasing

@@ -88,6 +88,33 @@ def test_plain_sql_is_available_for_both_dialects() -> None:
     assert "JSONB" in pg
     assert "WHERE status = 'pending'" in pg
     assert "CREATE TABLE mailout_attempts" in migrate.migration_sql("sqlite")
+    mysql = migrate.migration_sql("mysql")
+    assert "COLLATE utf8mb4_bin" in mysql
+    assert "DATETIME(6)" in mysql
+    assert "IF NOT EXISTS" not in mysql  # MySQL 8 has no CREATE INDEX IF NOT EXISTS
+
+
+def test_mysql_tables_compare_exactly_whatever_the_database_default(
+    mysql_url: str,
+) -> None:
+    """The test database has the server's case-insensitive default collation; the
+    migrated tables bring their own binary one, so keys differing in case are two."""
+    from mailout import db
+    from mailout.enqueue import EnqueueSettings, enqueue
+
+    engine = db.make_engine(mysql_url)
+    settings = EnqueueSettings(message_id_domain="test.example.com")
+    with engine.begin() as conn:
+        first = enqueue(conn, to="a@example.com", subject="Hi", text="x", key="Order-1",
+                        settings=settings)
+        second = enqueue(conn, to="a@example.com", subject="Hi", text="x", key="order-1",
+                         settings=settings)
+        default = conn.exec_driver_sql("SELECT @@collation_database").scalar_one()
+    assert not default.endswith("_bin")
+    assert first.created
+    assert second.created
+    assert first.id != second.id
+    engine.dispose()
 
 
 def test_the_head_read_from_the_files_is_alembics_head() -> None:

@@ -68,8 +68,8 @@ def db_upgrade(obj: dict[str, Any]) -> None:
 
 
 @db_group.command("sql")
-@click.option("--dialect", type=click.Choice(["postgresql", "sqlite"]), default="postgresql",
-              show_default=True)
+@click.option("--dialect", type=click.Choice(["postgresql", "sqlite", "mysql"]),
+              default="postgresql", show_default=True)
 def db_sql(dialect: str) -> None:
     """Print the migrations as plain SQL, for teams that run their own."""
     click.echo(migrate.migration_sql(dialect))

@@ -22,10 +22,11 @@ MYSQL: Final = "mysql"  # MySQL 8 and MariaDB 10.6+: SQLAlchemy's one "mysql" di
 ER_DUP_ENTRY: Final = 1062  # a unique key already holds the value
 ER_LOCK_WAIT_TIMEOUT: Final = 1205  # innodb_lock_wait_timeout passed
 ER_LOCK_DEADLOCK: Final = 1213  # InnoDB chose this transaction as a deadlock victim
-# Headroom under max_allowed_packet for the statement text around a value and its
-# escaping: a binary value is sent escaped, which can cost a byte per byte in the
-# worst case, so a content is held to half the packet.
-PACKET_SHARE: Final = 0.5
+# What a statement carries besides its large values (its text, the other columns),
+# generously: a value is refused when it would leave less than this of the packet.
+STATEMENT_OVERHEAD: Final = 16 * 1024
+# Bytes the MySQL drivers send as two (a backslash escape) inside a quoted value.
+_ESCAPED = tuple(bytes([b]) for b in b"\0\n\r\\'\"\x1a")
 
 Bind = Engine | Connection
 
@@ -95,17 +96,26 @@ def is_lock_conflict(exc: BaseException) -> bool:
     return getattr(exc.orig, "sqlstate", None) in ("40P01", "40001")
 
 
-def max_value_bytes(conn: Connection) -> int | None:
-    """The largest value one statement can carry, where the server limits it
-    (MySQL's ``max_allowed_packet``, read once per connection); None: no limit that
-    matters at mail sizes."""
+def statement_limit(conn: Connection) -> int | None:
+    """The largest statement the server accepts, where that matters at mail sizes:
+    MySQL's ``max_allowed_packet`` (read once per connection). Above it the server
+    drops the connection mid-transaction. None: no such limit."""
     if name_of(conn) != MYSQL:
         return None
     info = conn.connection.info
     if "mailout_max_packet" not in info:
         packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
         info["mailout_max_packet"] = int(packet)
-    return int(info["mailout_max_packet"] * PACKET_SHARE)
+    return int(info["mailout_max_packet"])
+
+
+def sent_size(value: bytes | str | None) -> int:
+    """How many bytes ``value`` takes inside a MySQL statement: UTF-8, with the bytes
+    the driver escapes counted twice."""
+    if value is None:
+        return 0
+    data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+    return len(data) + sum(data.count(b) for b in _ESCAPED)
 
 
 def serialises_writers_itself(bind: Bind) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Float, bindparam, func, select, text
 
 from mailout.db import dialects
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
+from mailout.exceptions import InvalidMessage
 from mailout.models import Status
 
 # The columns that make two messages "the same" for idempotency.
@@ -79,6 +80,37 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
             m = r._mapping
             created[m["idempotency_key"]] = Stored(m["id"], m["message_id"], False, dict(m))
     return created
+
+
+_LARGE_COLUMNS = ("subject", "body_text", "body_html", "params", "headers", "addresses")
+
+
+def refuse_oversize(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Raise InvalidMessage, before anything is written, for a row or an attachment
+    (``row["attachments"]``, each inserted by a statement of its own) that would not
+    fit in one statement on this server (MySQL's ``max_allowed_packet``): the server
+    would drop the connection mid-transaction instead of refusing it.
+    Elsewhere nothing is checked."""
+    limit = dialects.statement_limit(conn)
+    if limit is None:
+        return
+    room = limit - dialects.STATEMENT_OVERHEAD
+    advice = (f"the database accepts statements up to {limit} bytes (max_allowed_packet): "
+              "raise it on the server, or link the file instead of attaching it")
+    for row in rows:
+        for item in row.get("attachments") or ():
+            size = dialects.sent_size(item.content)
+            if size > room:
+                raise InvalidMessage("attachments", f"{item.filename!r} takes {size} bytes "
+                                     f"as sent to the database; {advice}")
+        size = sum(dialects.sent_size(_as_text(row.get(c))) for c in _LARGE_COLUMNS)
+        if size > room:
+            raise InvalidMessage("text", f"the message takes {size} bytes as sent to the "
+                                 f"database; {advice}")
+
+
+def _as_text(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
 _LITERAL_COLUMNS = (*CONTENT_COLUMNS, "idempotency_key", "priority", "message_id",

@@ -28,11 +28,13 @@ def upgrade() -> None:
                                                 server_default=sa.true()))
     op.execute("UPDATE mailout_attempts SET charged = false WHERE outcome = 'paused'")
     # Another migration may create the same index (the console's): keep the first.
+    # MySQL 8 has no CREATE INDEX IF NOT EXISTS, and no MySQL database predates this.
     op.create_index(OUTCOME_INDEX, "mailout_attempts", ["outcome", "finished_at"],
-                    if_not_exists=True)
+                    if_not_exists=op.get_context().dialect.name != "mysql")
 
 
 def downgrade() -> None:
-    op.drop_index(OUTCOME_INDEX, "mailout_attempts", if_exists=True)
+    op.drop_index(OUTCOME_INDEX, "mailout_attempts",
+                  if_exists=op.get_context().dialect.name != "mysql")
     with op.batch_alter_table("mailout_attempts") as batch:
         batch.drop_column("charged")

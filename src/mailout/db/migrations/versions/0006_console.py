@@ -43,8 +43,10 @@ MESSAGE_INDEXES = {
 
 
 def upgrade() -> None:
+    # MySQL 8 has no CREATE INDEX IF NOT EXISTS, and no MySQL database predates this.
+    guarded = op.get_context().dialect.name != "mysql"
     for name, columns in MESSAGE_INDEXES.items():
-        op.create_index(name, "mailout_messages", columns, if_not_exists=True)
+        op.create_index(name, "mailout_messages", columns, if_not_exists=guarded)
     op.create_table(
         "mailout_audit",
         sa.Column("id", Id, primary_key=True, autoincrement=True),
