@@ -1,7 +1,9 @@
 """Shared pieces for the benchmarks: a PostgreSQL database and an smtp-sink server.
 
 PostgreSQL comes from MAILOUT_BENCH_POSTGRES_URL, else MAILOUT_TEST_POSTGRES_URL,
-else the local service at 127.0.0.1:5432 (the machine's default).
+else the local service at 127.0.0.1:5432 (the machine's default). MariaDB/MySQL, for
+the benchmarks that compare stores, from MAILOUT_BENCH_MYSQL_URL, else
+MAILOUT_TEST_MYSQL_URL, else 127.0.0.1:3306 as root.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from mailout import db
+
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/test"
 
 
 def pg_server_url() -> str:
@@ -45,6 +51,27 @@ def scratch_database() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def mysql_server_url() -> str:
+    return db.database_url(os.environ.get("MAILOUT_BENCH_MYSQL_URL")
+                           or os.environ.get("MAILOUT_TEST_MYSQL_URL") or DEFAULT_MYSQL)
+
+
+@contextmanager
+def scratch_mysql_database() -> Iterator[str]:
+    """A fresh, empty database on the MariaDB/MySQL benchmark server, dropped afterwards."""
+    server = mysql_server_url()
+    name = f"mailout_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}`"))
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
 
 
 def free_port() -> int:

@@ -194,3 +194,38 @@ def test_next_due_in(engine: Engine) -> None:
     with engine.connect() as conn:
         assert leasing.next_due_in(conn) > 1e6  # type: ignore[operator]
     assert rid
+
+
+def test_a_batch_completes_held_rows_and_fences_the_rest(engine: Engine) -> None:
+    """One batch: rows still held are completed, a row whose lease another worker
+    took over is left to it, and every attempt is logged (the batch statement on
+    PostgreSQL and MySQL, row by row on SQLite)."""
+    add(engine, 3)
+    first = claim(engine, limit=3, lease=0.2)
+    time.sleep(0.3)
+    taken = claim(engine, limit=1, owner="w2")  # the oldest expired lease: first[0]
+    assert [m.id for m in taken] == [first[0].id]
+    bounced = Completion(id=first[2].id, lease_token=first[2].lease_token,
+                         attempt=first[2].attempts, outcome=Outcome.FAILED,
+                         status=Status.FAILED, started_at=first[2].claimed_at, worker="w1",
+                         recipient=first[2].recipient, reply_code=550,
+                         reply_text="5.1.1 no such user", reason="recipient_rejected")
+    with engine.begin() as conn:
+        fenced = leasing.complete(conn, [sent(first[0]), sent(first[1]), bounced])
+    assert fenced == [first[0].id]
+    assert status_of(engine, first[0].id)["lease_owner"] == "w2"  # untouched
+    one, two = status_of(engine, first[1].id), status_of(engine, first[2].id)
+    assert (one["status"], one["provider_message_id"], one["lease_token"]) == (
+        "sent", "ABC", None)
+    assert one["sent_at"] is not None
+    assert (two["status"], two["reason"], two["last_reply_code"]) == (
+        "failed", "recipient_rejected", 550)
+    assert two["sent_at"] is None
+    assert two["finished_at"] is not None
+    with engine.connect() as conn:
+        logged = conn.execute(select(attempts.c.outbox_id, attempts.c.outcome,
+                                     attempts.c.detail).order_by(attempts.c.id)).all()
+    assert [(r.outbox_id, r.outcome) for r in logged] == [
+        (first[0].id, "unknown"),  # logged by w2's claim, which took the row over
+        (first[0].id, "sent"), (first[1].id, "sent"), (first[2].id, "failed")]
+    assert "lease lost" in (logged[1].detail or "")

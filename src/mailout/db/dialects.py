@@ -59,6 +59,12 @@ def writes_batches_as_json(bind: Bind) -> bool:
     return name_of(bind) == POSTGRESQL
 
 
+def completes_batches_in_json_table(bind: Bind) -> bool:
+    """Can a batch of completions be one UPDATE joined to ``JSON_TABLE`` (MySQL 8,
+    MariaDB 10.6+)? See :mod:`mailout.db.json_table`."""
+    return name_of(bind) == MYSQL
+
+
 def returns_written_rows(bind: Bind) -> bool:
     """Can INSERT and UPDATE say which rows they wrote (``RETURNING``)? MySQL cannot,
     and MariaDB only from INSERT and DELETE, so mailout uses neither there."""

@@ -39,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from mailout.db import dialects
+from mailout.db import dialects, json_table
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
     Timestamp,
@@ -356,7 +356,8 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     Each update checks the lease token, so a worker whose lease expired (and whose
     row another worker has since claimed) cannot overwrite the newer attempt. Its
     attempt is still logged, because it happened; only the row is left alone.
-    On PostgreSQL the whole batch is one statement (one round trip).
+    On PostgreSQL the whole batch is one statement (one round trip); on MySQL a
+    batch without unknown outcomes is two (:mod:`mailout.db.json_table`).
     """
     batch = list(completions)
     if not batch:
@@ -368,6 +369,13 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
         param = json.dumps(rows, ensure_ascii=False, default=json_default)
         done = set(conn.execute(_COMPLETE_PG, {"batch": param}).scalars())
         return [i for i in ids if i not in done]
+    if dialects.completes_batches_in_json_table(conn) and json_table.fits(rows):
+        fenced = json_table.complete(conn, rows)
+        log = [{**_attempt_row(c, fenced=c.id in fenced), "finished_at": db_now()}
+               for c in batch if c.logged]
+        if log:  # one multi-row INSERT: the driver would send an executemany row by row
+            conn.execute(insert(attempts).values(log))
+        return [i for i in ids if i in fenced]
     return _complete_rows(conn, batch, rows)
 
 
