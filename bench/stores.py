@@ -3,8 +3,9 @@
 PostgreSQL and MariaDB from bench/common.py, Postfix's ``smtp-sink`` on loopback, one
 run, one table, the MariaDB/PostgreSQL ratio in the last column:
 
-1. Drain: N pending messages rendered from a template (~2 KB text and HTML) drained
-   by ``mailout worker --until-idle``, 1 process and then 2 processes started together.
+1. Enqueue and drain: N messages enqueued with ``enqueue_many`` (1,000 per
+   transaction), rendered from a template (~2 KB text and HTML) and drained by
+   ``mailout worker --until-idle``, 1 process and then 2 processes started together.
    "wall" is from process start to the last exit; "steady" is sent rows over the
    database-clock span from the first claim to the last ``sent_at``.
 2. Claim latency: claiming a batch of 10 and of 100 (each committed) out of a backlog
@@ -61,13 +62,16 @@ def settings(templates: Path) -> EnqueueSettings:
     return EnqueueSettings(templates_dir=templates, message_id_domain="shop.example.com")
 
 
-def fill(engine: Engine, n: int, templates: Path, tag: str) -> None:
+def fill(engine: Engine, n: int, templates: Path, tag: str) -> float:
+    """Enqueue ``n`` messages, ``CHUNK`` per transaction; the rate, msg/s."""
     cfg = settings(templates)
+    t0 = time.perf_counter()
     for start in range(0, n, CHUNK):
         with engine.begin() as conn:
             enqueue_many(conn, [Message(to=f"c{i}@example.com", template=TEMPLATE,
                                         params=params(i), key=f"{tag}-{i}")
                                 for i in range(start, min(n, start + CHUNK))], settings=cfg)
+    return n / (time.perf_counter() - t0)
 
 
 def reset(engine: Engine) -> None:
@@ -76,17 +80,18 @@ def reset(engine: Engine) -> None:
 
 
 def drain(engine: Engine, url: str, port: int, templates: Path, n: int,
-          processes: int) -> tuple[float, float]:
-    """(wall msg/s, steady msg/s) for ``processes`` workers draining ``n`` messages."""
+          processes: int) -> tuple[float, float, float]:
+    """(enqueue msg/s, wall msg/s, steady msg/s) for ``processes`` workers draining
+    ``n`` messages."""
     reset(engine)
-    fill(engine, n, templates, f"d{processes}")
+    enqueued = fill(engine, n, templates, f"d{processes}")
     run = run_workers(worker_env(url, port, templates, concurrency=10), processes)
     with engine.connect() as conn:
         sent, first, last = conn.execute(
             select(func.count(), func.min(messages.c.first_attempt_at),
                    func.max(messages.c.sent_at)).where(messages.c.status == "sent")).one()
     assert sent == n, f"{sent} of {n} sent"
-    return n / run.wall, n / max((last - first).total_seconds(), 1e-6)
+    return enqueued, n / run.wall, n / max((last - first).total_seconds(), 1e-6)
 
 
 def claim_latency(engine: Engine, templates: Path, history: int,
@@ -152,7 +157,9 @@ def measure(url: str, port: int, templates: Path, args: argparse.Namespace) -> d
     out: dict[str, float] = {}
     try:
         for processes in (1, 2):
-            wall, steady = drain(engine, url, port, templates, args.n, processes)
+            enqueued, wall, steady = drain(engine, url, port, templates, args.n, processes)
+            if processes == 1:
+                out[f"enqueue_many, {CHUNK} per transaction, msg/s"] = enqueued
             out[f"drain, {processes} process(es), wall msg/s"] = wall
             out[f"drain, {processes} process(es), steady msg/s"] = steady
         for batch in (10, 100):

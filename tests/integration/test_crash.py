@@ -57,8 +57,9 @@ def wait_until_blocked(engine: Engine, seconds: float = 10) -> None:
         return
     deadline = time.monotonic() + seconds
     query = text(
+        # MySQL's completion first locks the rows it still holds (SELECT ... FOR UPDATE).
         "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' "
-        "AND trx_query LIKE 'UPDATE mailout_messages%'" if engine.dialect.name == "mysql" else
+        "AND trx_query LIKE '%mailout_messages%'" if engine.dialect.name == "mysql" else
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
         "AND query ILIKE 'UPDATE mailout_messages%'")
     with engine.connect() as conn:

@@ -2,9 +2,10 @@
 
 Owns the schema (``schema``), engines (``engine``), migrations (``migrate`` and
 ``migrations/``), the enqueue INSERT (``inserts``), the worker's claims, completions
-and leases (``leasing``), operator switches (``pauses``), operator reads and changes
-(``admin``), reports and gauges (``stats``), delivery events, suppressions and
-webhook nonces (``events``) and PostgreSQL LISTEN (``notifications``).
+and leases (``leasing``; MySQL's batch completions in ``json_table``), operator
+switches (``pauses``), operator reads and changes (``admin``), reports and gauges
+(``stats``), delivery events, suppressions and webhook nonces (``events``) and
+PostgreSQL LISTEN (``notifications``).
 Dialect differences are answered by the capability functions in ``dialects``; no
 caller outside this package asks which database it is talking to.
 
