@@ -17,6 +17,8 @@ from mailout.db.borrowed import borrow
 from mailout.db.schema import messages
 from mailout.enqueue import enqueue
 
+# The DB-API connections this file opens as "the application" are sqlite3 and psycopg.
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 
 @pytest.fixture
 def owned(db_url: str) -> Iterator[Any]:
