@@ -89,13 +89,16 @@ def db_sql(dialect: str) -> None:
 @click.option("--metrics-port", type=click.IntRange(1, 65535), envvar="MAILOUT_METRICS_PORT",
               help="Serve /metrics, /healthz and /readyz on this port; with --processes N, "
                    "on this port and the N-1 after it [env: MAILOUT_METRICS_PORT; default: off].")
+@click.option("--metrics-host", envvar="MAILOUT_METRICS_HOST", default="127.0.0.1",
+              help="Address the metrics server binds; 0.0.0.0 for every interface "
+                   "[env: MAILOUT_METRICS_HOST; default: 127.0.0.1].")
 @click.option("--log-format", type=click.Choice(["text", "json"], case_sensitive=False),
               envvar="MAILOUT_LOG_FORMAT",
               help="Log lines as text or JSON [env: MAILOUT_LOG_FORMAT; default: text].")
 @click.pass_obj
 def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
                lanes: str | None, poll_only: bool, processes: int, until_idle: bool,
-               metrics_port: int | None, log_format: str | None) -> None:
+               metrics_port: int | None, metrics_host: str, log_format: str | None) -> None:
     """Send due messages.
 
     Runs until SIGTERM/SIGINT, which stop claiming and let in-flight sends finish.
@@ -119,6 +122,7 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
         args += [f"--lanes={lanes}"] if lanes and plan is None else []
         args += ["--poll-only"] * poll_only + ["--until-idle"] * until_idle
         args += [f"--log-format={log_format}"] if log_format else []
+        args += [f"--metrics-host={metrics_host}"]
         port = metrics_port  # one port per child: each is its own Prometheus target
 
         def per_child(i: int) -> list[str]:
@@ -131,7 +135,7 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
         configure_logging(log_format, logging.getLogger().level)
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
     worker = run_worker(settings, queues=names, until_idle=until_idle,
-                        metrics_port=metrics_port)
+                        metrics_port=metrics_port, metrics_host=metrics_host)
     if worker.halted is not None:
         # --until-idle with a transport that cannot send: say why, in one line, and
         # exit with a code a script can tell from a crash (1) or a usage error (2).

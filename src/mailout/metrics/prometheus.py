@@ -223,7 +223,13 @@ class PrometheusObserver:
 
 # -- the HTTP server -----------------------------------------------------------------
 
-ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host; read-only
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - only what an operator asks for with --metrics-host
+DEFAULT_HOST = "127.0.0.1"  # loopback unless MAILOUT_METRICS_HOST says otherwise
+# Each connection has a thread and a file descriptor, shared with the worker's own
+# SMTP and database connections: idle or slow clients get this long, and at most
+# this many are served at once (more are closed at once, unread).
+CONNECTION_TIMEOUT = 10.0
+MAX_CONNECTIONS = 16
 
 
 class MetricsServer:
@@ -255,12 +261,17 @@ class MetricsServer:
         self.close()
 
 
-def start_metrics_server(port: int, worker: WorkerView, *, host: str = ALL_INTERFACES
-                         ) -> MetricsServer:
+def start_metrics_server(port: int, worker: WorkerView, *, host: str = DEFAULT_HOST,
+                         max_connections: int = MAX_CONNECTIONS,
+                         timeout: float = CONNECTION_TIMEOUT) -> MetricsServer:
     """Serve /metrics, /healthz and /readyz for ``worker`` from a daemon thread.
 
     The worker should be built with ``observer=PrometheusObserver()``; one built
     without an observer gets one now. ``port`` 0 picks a free port (see ``.port``).
+    ``host`` is loopback by default (``MAILOUT_METRICS_HOST``). A connection that
+    sends nothing for ``timeout`` seconds is closed, and beyond ``max_connections``
+    at once new ones are closed unanswered, so that clients cannot use up the
+    worker's threads or file descriptors.
     Raises ConfigError (MAILOUT_METRICS_PORT) when the port cannot be bound.
     """
     observer = worker.observer
@@ -271,11 +282,12 @@ def start_metrics_server(port: int, worker: WorkerView, *, host: str = ALL_INTER
                         "observer=PrometheusObserver()")
     observer.bind(worker)
     try:
-        httpd = _Server((host, port), _Handler)
+        httpd = _Server((host, port), _Handler, max_connections=max_connections)
     except OSError as exc:
         raise ConfigError("MAILOUT_METRICS_PORT", f"cannot listen on {host}:{port}: "
                           f"{exc.strerror or exc}") from None
     httpd.observer = observer
+    httpd.connection_timeout = timeout
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
                               name="mailout-metrics", daemon=True)
     thread.start()
@@ -287,12 +299,40 @@ def start_metrics_server(port: int, worker: WorkerView, *, host: str = ALL_INTER
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # close() must not wait for a slow client's thread
     observer: PrometheusObserver
+    connection_timeout: float = CONNECTION_TIMEOUT
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
+                 max_connections: int) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Over the limit: close at once, in the accepting thread (no thread, no wait).
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "mailout"
+
+    def setup(self) -> None:
+        self.timeout = self.server.connection_timeout  # read by StreamRequestHandler.setup
+        super().setup()
 
     def do_GET(self) -> None:
         observer = self.server.observer

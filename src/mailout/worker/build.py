@@ -14,6 +14,7 @@ from mailout.config import Settings
 from mailout.db import dialects, migrate
 from mailout.guards import Guards, load_registry, parse_domains
 from mailout.metrics.observer import Observer
+from mailout.metrics.prometheus import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.render import Renderer
 from mailout.templates import known_schemas
@@ -125,17 +126,20 @@ def run_worker(
     until_idle: bool = False,
     alert_callback: AlertCallback | None = None,
     metrics_port: int | None = None,
+    metrics_host: str = DEFAULT_METRICS_HOST,
 ) -> Worker:
     """Build a worker and run it to the end in a fresh event loop.
 
-    With ``metrics_port``, serve /metrics, /healthz and /readyz there meanwhile.
+    With ``metrics_port``, serve /metrics, /healthz and /readyz there (on
+    ``metrics_host``, loopback by default) meanwhile.
     """
     observer = PrometheusObserver() if metrics_port is not None else None
     worker = build_worker(
         settings, queues=queues, until_idle=until_idle, alert_callback=alert_callback,
         observer=observer,
     )
-    server = start_metrics_server(metrics_port, worker) if metrics_port is not None else None
+    server = (start_metrics_server(metrics_port, worker, host=metrics_host)
+              if metrics_port is not None else None)
     try:
         asyncio.run(worker.run())
     finally:

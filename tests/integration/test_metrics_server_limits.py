@@ -1,0 +1,115 @@
+"""The metrics/health server against hostile clients: loopback by default, and idle
+sockets cannot use up a worker's file descriptors (issue 14, item 1)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from mailout import db
+from mailout.db import migrate
+from mailout.db.schema import messages
+from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
+from mailout.worker.build import build_worker
+from tests.support.smtpserver import SmtpTestServer
+from tests.support.workers import settings_for, worker_env
+
+IDLE_SOCKETS = 300
+FD_LIMIT = 160  # well under IDLE_SOCKETS: one thread and descriptor each would run out
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'metrics.db'}"
+    engine = db.make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _limit_descriptors() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def test_the_metrics_server_binds_loopback_by_default(
+    sqlite_url: str, smtp_server: SmtpTestServer,
+) -> None:
+    worker = build_worker(settings_for(sqlite_url, smtp_server), observer=PrometheusObserver())
+    try:
+        with start_metrics_server(0, worker) as server:
+            assert server.host == "127.0.0.1"
+    finally:
+        worker.engine.dispose()
+
+
+def test_worker_help_offers_metrics_host() -> None:
+    exe = Path(sys.executable).parent / "mailout"
+    out = subprocess.run([str(exe), "worker", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "--metrics-host" in out
+    assert "MAILOUT_METRICS_HOST" in out
+
+
+def test_idle_metrics_sockets_do_not_stop_the_worker_sending(
+    sqlite_url: str, smtp_server: SmtpTestServer, tmp_path: Path,
+) -> None:
+    """Hundreds of idle connections to --metrics-port, in a worker process allowed
+    only FD_LIMIT descriptors: its SMTP connections still open and every message goes."""
+    port = _free_port()
+    env = {**os.environ, **worker_env(sqlite_url, smtp_server)}
+    exe = Path(sys.executable).parent / "mailout"
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(exe), "worker", "--metrics-port", str(port)], env=env,
+                                stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit_descriptors)
+    idle: list[socket.socket] = []
+    engine = db.make_engine(sqlite_url)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        for _ in range(IDLE_SOCKETS - 1):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.5)  # let the server accept them all (or refuse them)
+        with engine.begin() as conn:
+            ids = [enqueue(conn, to=f"user{i}@example.com", subject="Hi", text="Hello",
+                           settings=EnqueueSettings(message_id_domain="example.com")).id
+                   for i in range(3)]
+        deadline = time.monotonic() + 30
+        while True:
+            with engine.connect() as conn:
+                statuses = conn.execute(select(messages.c.status).where(
+                    messages.c.id.in_(ids))).scalars().all()
+            if all(s == "sent" for s in statuses):
+                break
+            assert time.monotonic() < deadline, (statuses, log.read_text()[-2000:])
+            time.sleep(0.2)
+        assert len(smtp_server.messages) == 3
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+        engine.dispose()
