@@ -6,7 +6,6 @@ from __future__ import annotations
 import getpass
 import json
 import logging
-import re
 import socket
 import sys
 from pathlib import Path
@@ -16,24 +15,17 @@ import click
 
 from mailout import validate
 from mailout.cli import display
+from mailout.cli.terminal import one_line
 from mailout.events import Event, normalize_address
 from mailout.exceptions import InvalidMessage
 
 log = logging.getLogger("mailout.cli")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def _engine(obj: dict[str, Any]) -> Any:
     from mailout.cli.common import engine_for
 
     return engine_for(obj)
-
-
-def safe(value: object) -> str:
-    """Data shown to people: control characters removed, Rich markup escaped."""
-    from rich.markup import escape
-
-    return escape(_CONTROL.sub("?", "-" if value is None else str(value)))
 
 
 def _actor(given: str | None) -> str:
@@ -123,7 +115,7 @@ def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_inv
             events.extend(dsn.parse(raw, source))
         except dsn.ReportError as exc:
             if not skip_invalid:
-                raise click.ClickException(f"{safe(exc)}; nothing was stored") from None
+                raise click.ClickException(f"{one_line(exc)}; nothing was stored") from None
             skipped.append(f"{exc.source}: {exc.reason}")
     policy = load_policy()
     from mailout.db.engine import immediate
@@ -140,7 +132,7 @@ def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_inv
                f"stored, {result.matched} matched, {result.unmatched} unmatched, "
                f"{len(result.suppressed)} addresses suppressed")
     for line in skipped:
-        click.echo(f"skipped {_CONTROL.sub('?', line)}", err=True)
+        click.echo(f"skipped {one_line(line)}", err=True)
 
 
 def _inputs(files: tuple[str, ...], mbox: bool) -> list[tuple[str, bytes]]:
@@ -192,7 +184,7 @@ def events_cmd(obj: dict[str, Any], unmatched: bool, types: str | None,
     for p, t, matched, n in counts:
         merged.setdefault((p, t), [0, 0])[0 if matched else 1] += n
     for (p, t), (yes, no) in sorted(merged.items()):
-        totals.add_row(safe(p), safe(t), str(yes), str(no))
+        totals.add_row(one_line(p), one_line(t), str(yes), str(no))
     out.print(totals)
 
 
@@ -206,8 +198,8 @@ def print_events(out: Any, rows: list[Any], title: str) -> None:
     for r in rows:
         kind = f"{r.type} ({r.subtype})" if r.subtype else r.type
         linked = f"#{r.outbox_id} by {r.matched_by}" if r.outbox_id else "unmatched"
-        grid.add_row(display.when(r.occurred_at), safe(r.provider), safe(kind),
-                     safe(r.recipient), safe(linked), safe(r.diagnostic or ""))
+        grid.add_row(display.when(r.occurred_at), one_line(r.provider), one_line(kind),
+                     one_line(r.recipient), one_line(linked), one_line(r.diagnostic or ""))
     out.print(grid)
 
 
@@ -247,8 +239,8 @@ def suppress_list(obj: dict[str, Any], reason: str | None, limit: int, as_json: 
     grid = display.table("address", "reason", "since (UTC)", "by", "detail",
                          keep=("since (UTC)",))
     for s in rows:
-        grid.add_row(safe(s.address), safe(s.reason), display.when(s.created_at),
-                     safe(s.created_by), safe(s.detail))
+        grid.add_row(one_line(s.address), one_line(s.reason), display.when(s.created_at),
+                     one_line(s.created_by), one_line(s.detail))
     out.print(grid)
 
 
@@ -284,7 +276,7 @@ def suppress_remove(obj: dict[str, Any], address: str, note: str, actor: str | N
         removed = event_sql.unsuppress(conn, addr, actor=_actor(actor), note=note)
     if removed is None:
         raise click.ClickException(f"{addr} is not suppressed")
-    click.echo(f"{addr} removed (was {removed.reason} since {display.when(removed.created_at)})")
+    click.echo(f"{addr} removed (was {one_line(removed.reason)} since {display.when(removed.created_at)})")
 
 
 @suppress_group.command("check")
@@ -304,9 +296,9 @@ def suppress_check(obj: dict[str, Any], address: str, as_json: bool) -> None:
     elif found is None:
         click.echo(f"{addr} is not suppressed")
     else:
-        click.echo(f"{addr} is suppressed: {_CONTROL.sub('?', found.reason)} since "
+        click.echo(f"{addr} is suppressed: {one_line(found.reason)} since "
                    f"{display.when(found.created_at)}"
-                   + (f" ({_CONTROL.sub('?', found.detail)})" if found.detail else ""))
+                   + (f" ({one_line(found.detail)})" if found.detail else ""))
 
 
 @suppress_group.command("history")
@@ -326,7 +318,8 @@ def suppress_history(obj: dict[str, Any], address: str, as_json: bool) -> None:
     out = display.console()
     grid = display.table("time (UTC)", "action", "reason", "by", "note", keep=("time (UTC)",))
     for r in rows:
-        grid.add_row(display.when(r.at), r.action, safe(r.reason), safe(r.actor), safe(r.note))
+        grid.add_row(display.when(r.at), r.action, one_line(r.reason), one_line(r.actor),
+                     one_line(r.note))
     out.print(grid if rows else "no history")
 
 

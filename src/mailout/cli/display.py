@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from mailout.cli import terminal
 from mailout.db.admin import AttemptRecord, MessageRecord, StatusReport
 from mailout.db.audit import AuditEntry
 from mailout.db.outages import TransportTrouble
@@ -76,10 +77,9 @@ def console() -> Console:
     written to a file or a pager fold fewer cells."""
     # No highlighting: ids and addresses must print exactly as stored. Soft wrap: long
     # lines (commands to copy) are left whole for the terminal to wrap.
-    from rich.console import Console
-
+    # Markup is off and control characters are written out: cells hold outside data.
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
-    return Console(highlight=False, soft_wrap=True, width=width)
+    return terminal.console(soft_wrap=True, width=width)
 
 
 def table(*columns: str, title: str | None = None, keep: tuple[str, ...] = ()) -> Table:
@@ -119,17 +119,15 @@ def print_status(out: Console, report: StatusReport) -> None:
 
 def print_transport(out: Console, trouble: TransportTrouble | None) -> None:
     """The transport's state as the attempt log shows it (see mailout.db.outages)."""
-    from rich.markup import escape
-
     if trouble is None:
         out.print("transport: ok (no outage or pause since it last answered)")
         return
     what = "OUTAGE" if trouble.kind == "outage" else "PAUSED (configuration error)"
-    # The server's words: no markup, no control characters.
-    said = f": {trouble.said}".encode("unicode_escape").decode("ascii") if trouble.said else ""
-    out.print(f"[bold red]transport: {what}[/] since {when(trouble.since)}, "
-              f"{trouble.attempts} uncharged attempts, last at {when(trouble.last_at)} "
-              f"(stage {trouble.stage or '-'}){escape(said)}")
+    said = f": {terminal.one_line(trouble.said)}" if trouble.said else ""
+    out.print(terminal.plain(f"transport: {what}", "bold red"),
+              terminal.plain(f"since {when(trouble.since)}, {trouble.attempts} uncharged "
+                             f"attempts, last at {when(trouble.last_at)} "
+                             f"(stage {trouble.stage or '-'}){said}"))
 
 
 def _most(values: Iterable[float | None]) -> float | None:
@@ -177,12 +175,9 @@ def audit_table(entries: list[AuditEntry], *, title: str) -> Table:
     """One row per audit entry: when, who, what, to what, why, and the counts."""
     out = table("time (UTC)", "who", "action", "target", "why", "changed", title=title,
                 keep=("time (UTC)", "changed"))
-    from rich.text import Text  # plain text: an actor or reason is never markup
-
     for e in entries:
         counts = str(e.changed) + (f" ({e.skipped} skipped)" if e.skipped else "")
-        out.add_row(when(e.created_at), Text(e.actor), e.action, Text(e.target),
-                    Text(e.reason or "-"), counts)
+        out.add_row(when(e.created_at), e.actor, e.action, e.target, e.reason or "-", counts)
     return out
 
 

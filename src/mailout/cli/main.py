@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
 from mailout.cli import audit as cli_audit
-from mailout.cli import bounces, common, display, rollout
+from mailout.cli import bounces, common, display, rollout, terminal
 from mailout.cli import web as cli_web
 from mailout.cli.audit import REASON_HELP
 from mailout.cli.common import (
@@ -248,8 +248,8 @@ def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
     display.print_status(out, report)
     for p in paused:
         why = f": {p['reason']}" if p["reason"] else ""
-        out.print(f"[bold yellow]paused[/] {p['kind']} {p['name']}{why} "
-                  f"(since {display.when(p['created_at'])})")
+        out.print(terminal.plain("paused", "bold yellow"),
+                  f"{p['kind']} {p['name']}{why} (since {display.when(p['created_at'])})")
 
 
 @cli.command("list")
@@ -556,13 +556,14 @@ def run(args: list[str] | None = None, prog_name: str | None = None) -> int:
     try:
         rc = cli.main(args, prog_name=prog_name, standalone_mode=False)
     except click.ClickException as exc:
+        exc.message = terminal.clean(exc.message)  # it may quote what was typed or stored
         exc.show()
         return exc.exit_code
     except click.Abort:
         click.echo("aborted", err=True)
         return 1
     except MailoutError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {terminal.one_line(exc)}", err=True)
         return 1
     except (OperationalError, DBAPIError) as exc:
         click.echo(f"error: {_db_error(exc)}", err=True)
