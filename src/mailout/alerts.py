@@ -5,17 +5,23 @@ failing webhook delays only other alerts, never a send. Each alert is also logge
 (addresses masked), so nothing is lost when the webhook is down. The webhook gets a
 JSON POST: ``{"kind", "summary", "details", "at", "text"}`` (``text`` repeats the
 summary for chat webhooks that only show that field); see docs/observability.md.
+
+Only a 2xx answer counts as delivered: a redirect is a failure (following it would
+re-send the alert as a body-less GET, possibly to another host), and each POST has
+one deadline for connecting, sending and reading the answer, so a server that
+answers a byte at a time cannot hold the alert thread.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import queue
+import socket
+import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +33,8 @@ from mailout.logs import LogRecipients, redact_addresses
 
 log = logging.getLogger("mailout.alerts")
 
-WEBHOOK_TIMEOUT = 5.0
+WEBHOOK_TIMEOUT = 5.0  # the whole POST: connect, send, status and answer
+MAX_ANSWER = 64 * 1024  # read (and ignore) at most this much of the answer
 WEBHOOK_TRIES = 3
 MAX_QUEUED = 1000  # beyond this, alerts are only logged: a storm must not grow memory
 
@@ -130,24 +137,57 @@ class Alerts:
         body = json.dumps(payload, default=str).encode()
         assert self._webhook_url is not None
         for attempt in range(1, self._tries + 1):
-            req = urllib.request.Request(  # noqa: S310 - scheme checked (http/https) in __init__
-                self._webhook_url,
-                data=body,
-                headers={"Content-Type": "application/json", "User-Agent": "mailout"},
-                method="POST",
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=self._timeout) as resp:  # noqa: S310 - as above
-                    if resp.status < 300:
-                        return True
-                    problem = f"HTTP {resp.status}"
-            except urllib.error.HTTPError as exc:
-                problem = f"HTTP {exc.code}"  # never the URL: it may hold a token
-            except OSError as exc:
-                problem = type(exc).__name__ if isinstance(exc, TimeoutError) else str(
-                    getattr(exc, "reason", exc))
+            problem = _post_once(self._webhook_url, body, self._timeout)
+            if problem is None:
+                return True
             log.warning("alert webhook attempt %d/%d failed: %s", attempt, self._tries, problem)
             if attempt < self._tries:
                 time.sleep(0.5 * attempt)
         log.error("alert webhook gave up on a %s alert after %d tries", alert.kind, self._tries)
         return False
+
+
+def _post_once(url: str, body: bytes, deadline: float) -> str | None:
+    """POST ``body`` to ``url`` within ``deadline`` seconds in all; None when the
+    answer is 2xx, else what went wrong (never the URL: it may hold a token)."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=deadline,
+                                           context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=deadline)
+    # The socket timeout bounds each read only; this bounds the whole exchange.
+    expired = threading.Event()
+    timer = threading.Timer(deadline, _cut, (conn, expired))
+    timer.start()
+    try:
+        conn.request("POST", target, body=body,
+                     headers={"Content-Type": "application/json", "User-Agent": "mailout"})
+        response = conn.getresponse()
+        response.read(MAX_ANSWER)
+        status = response.status
+    except (OSError, http.client.HTTPException) as exc:
+        if expired.is_set() or isinstance(exc, TimeoutError):
+            return f"no complete answer within {deadline:g}s"
+        return str(getattr(exc, "strerror", None) or type(exc).__name__)
+    finally:
+        timer.cancel()
+        conn.close()
+    if 200 <= status < 300:
+        return None
+    if 300 <= status < 400:
+        return f"HTTP {status}: redirects are not followed (point the webhook at the final URL)"
+    return f"HTTP {status}"
+
+
+def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """End an exchange that ran past its deadline: the blocked read then fails."""
+    expired.set()
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
