@@ -39,7 +39,11 @@ def _describe_ok(outcome: SendOutcome, s: SmtpSettings) -> str:
     tls = {TlsMode.NONE: "no TLS", TlsMode.STARTTLS: "STARTTLS",
            TlsMode.IMPLICIT: "implicit TLS"}[s.tls]
     auth = f"authenticated as {s.username!r}" if s.username else "no AUTH (SMTP_USER unset)"
-    said = f"; last reply {outcome.reply.code} {outcome.reply.text}" if outcome.reply else ""
+    if s.username and s.tls is TlsMode.NONE:
+        auth += " WITHOUT TLS: the password crossed the network readably"
+    # A multi-line reply (EHLO's extensions) on one line: its first line says enough.
+    first = outcome.reply.text.splitlines()[0] if outcome.reply and outcome.reply.text else ""
+    said = f"; last reply {outcome.reply.code} {first}".rstrip() if outcome.reply else ""
     return f"SMTP {s.host}:{s.port}: connected, {tls}, {auth}{said}"
 
 
@@ -59,6 +63,14 @@ def explain(outcome: SendOutcome, s: SmtpSettings) -> str:
         return (f"TLS failed at {stage.value}: {outcome.detail}. If the certificate is not "
                 "trusted, point SMTP_CA_FILE at its CA bundle; check SMTP_TLS "
                 "(starttls, implicit or none) matches the port.")
+    if failure is Failure.CLEARTEXT_AUTH:
+        return (f"AUTH refused: SMTP_TLS=none would send the password for {s.username!r} "
+                f"readably to {s.host}, which is not loopback. Set SMTP_TLS to starttls or "
+                "implicit, or SMTP_ALLOW_PLAINTEXT_AUTH=true for a relay on a trusted network.")
+    if failure is Failure.AUTH_NOT_OFFERED:
+        return (f"SMTP_USER is set but the server at {where} offers no AUTH"
+                f"{' before TLS' if s.tls is TlsMode.NONE else ''}: unset SMTP_USER and "
+                "SMTP_PASS, or check SMTP_TLS (many servers offer AUTH only after STARTTLS).")
     if failure is Failure.DISCONNECT:
         return (f"the server closed the connection at {stage.value} ({outcome.detail}). "
                 "A TLS mismatch does this: check SMTP_TLS against the port.")

@@ -75,6 +75,8 @@ def classify(outcome: SendOutcome) -> Verdict:
       is not a reply -> UNKNOWN "lost_reply_after_data": the server may have
       queued the message, so a retry could deliver it twice;
     - TLS certificate or handshake failure -> PAUSE "tls_failure";
+    - AUTH that the settings forbid (clear text to a remote host) or that the
+      server does not offer -> PAUSE "cleartext_auth" or "auth_not_offered";
     - refused, DNS, timeout or disconnect before MAIL FROM was accepted
       (CONNECT/EHLO/STARTTLS/AUTH/MAIL) -> OUTAGE;
     - timeout or disconnect at RCPT or DATA -> RETRY (charged);
@@ -108,6 +110,8 @@ def classify(outcome: SendOutcome) -> Verdict:
         return _LOST_REPLY
     if outcome.failure is Failure.TLS:
         return Verdict(Decision.PAUSE, "tls_failure")
+    if outcome.failure in (Failure.CLEARTEXT_AUTH, Failure.AUTH_NOT_OFFERED):
+        return Verdict(Decision.PAUSE, outcome.failure.value)
     reason = _NO_CONTACT_REASON.get(outcome.failure)
     if reason is None:
         return _unforeseen(outcome.stage)

@@ -58,7 +58,12 @@ from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.classify import to_result
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
-from mailout.transports.smtp.settings import SmtpSettings, TlsMode, client_tls_context
+from mailout.transports.smtp.settings import (
+    SmtpSettings,
+    TlsMode,
+    cleartext_auth_refused,
+    client_tls_context,
+)
 
 log = logging.getLogger("mailout.transports.smtp.client")
 
@@ -168,6 +173,9 @@ class SmtpTransport:
             outcome = abort.outcome
         except (SMTPException, OSError, TimeoutError) as exc:
             outcome = _outcome_for(exc, attempt.stage, self._settings.timeout)
+        if outcome.stage is Stage.AUTH and outcome.reply is not None:
+            # An AUTH reply can echo a challenge or the credentials: keep the codes only.
+            outcome = replace(outcome, reply=replace(outcome.reply, text=AUTH_REPLY_REDACTED))
         if attempt.rcpt and not outcome.rcpt_replies:
             outcome = replace(outcome, rcpt_replies=attempt.rcpt)
         return outcome
@@ -195,6 +203,9 @@ class SmtpTransport:
         """Connect, EHLO, STARTTLS (+ EHLO), AUTH."""
         settings = self._settings
         implicit = settings.tls is TlsMode.IMPLICIT
+        if cleartext_auth_refused(settings):
+            raise _Abort(SendOutcome(Stage.AUTH, failure=Failure.CLEARTEXT_AUTH,
+                                     detail=_CLEARTEXT_AUTH))
         if self._hostname is None:
             self._hostname = await asyncio.to_thread(socket.getfqdn)
         smtp = aiosmtplib.SMTP(
@@ -215,6 +226,9 @@ class SmtpTransport:
             await self._starttls(smtp, attempt)
         if settings.username is not None:
             attempt.stage = Stage.AUTH
+            if not smtp.supports_extension("auth"):
+                raise _Abort(SendOutcome(Stage.AUTH, failure=Failure.AUTH_NOT_OFFERED,
+                                         detail="SMTP_USER is set but the server offers no AUTH"))
             attempt.reply = _reply(await self._auth(smtp))
         return smtp
 
@@ -283,6 +297,10 @@ async def check_connection(settings: SmtpSettings) -> SendOutcome:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f<>]")
+AUTH_REPLY_REDACTED = "(AUTH reply text not kept)"
+_CLEARTEXT_AUTH = ("refusing to send the password without TLS to a host that is not "
+                   "loopback (set SMTP_TLS, or SMTP_ALLOW_PLAINTEXT_AUTH=true on a trusted "
+                   "network)")
 # What each command of a transaction must get back to go on.
 _MAIL_OK: Final = (Stage.MAIL, (smtpcodes.OK,))
 _RCPT_OK: Final = (Stage.RCPT, (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD))

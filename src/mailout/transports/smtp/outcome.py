@@ -35,6 +35,9 @@ class Failure(enum.StrEnum):
     TIMEOUT = "timeout"  # no answer within the timeout
     DISCONNECT = "disconnect"  # the connection dropped
     TLS = "tls"  # certificate verification or TLS handshake failed
+    # Our own settings stopped the exchange before AUTH (a configuration error):
+    CLEARTEXT_AUTH = "cleartext_auth"  # AUTH without TLS to a host that is not loopback
+    AUTH_NOT_OFFERED = "auth_not_offered"  # SMTP_USER is set but the server offers no AUTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 ``MAILOUT_TRANSPORT=smtp://user:pass@host:587`` (STARTTLS required),
 ``smtps://user:pass@host:465`` (implicit TLS) or, when ``MAILOUT_TRANSPORT`` is unset,
 the ``SMTP_HOST``, ``SMTP_PORT``, ``SMTP_USER``, ``SMTP_PASS``, ``SMTP_TLS``,
-``SMTP_TIMEOUT``, ``SMTP_CA_FILE``, ``SMTP_POOL_SIZE`` and ``SMTP_PIPELINING``
-variables. In a URL, the user and password are percent-decoded and the other
+``SMTP_TIMEOUT``, ``SMTP_CA_FILE``, ``SMTP_POOL_SIZE``, ``SMTP_PIPELINING`` and
+``SMTP_ALLOW_PLAINTEXT_AUTH`` variables. In a URL, the user and password are percent-decoded and the other
 settings are query parameters named like the variables without ``SMTP_``
 (``?tls=none&timeout=10&pool_size=4&pipelining=false&ca_file=/path``); a variable
 that is set fills in what the URL leaves out. Bad values raise ConfigError naming
@@ -14,6 +14,7 @@ the setting.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ class SmtpSettings:
     pipelining: bool = True  # use PIPELINING when offered; False for a server that breaks it
     preset: str | None = None  # "smtp+resend"...: a provider's relay, see transports.presets
     dedupe_window: float | None = None  # seconds the relay drops a repeated key header
+    # AUTH over a connection without TLS sends the password readably: refused unless
+    # the host is loopback or this is set (a relay on a trusted private network).
+    allow_plaintext_auth: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tls", TlsMode(self.tls))
@@ -64,6 +68,24 @@ class SmtpSettings:
             raise ValueError("pool_size must be at least 1")
         if self.timeout <= 0:
             raise ValueError("timeout must be positive")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` (and ``*.localhost``) and loopback IP addresses."""
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def cleartext_auth_refused(settings: SmtpSettings) -> bool:
+    """True when AUTH would go without TLS to a host that is not loopback, and
+    ``SMTP_ALLOW_PLAINTEXT_AUTH`` does not allow it."""
+    return (settings.username is not None and settings.tls is TlsMode.NONE
+            and not settings.allow_plaintext_auth and not is_loopback(settings.host))
 
 
 def client_tls_context(settings: SmtpSettings) -> ssl.SSLContext:
@@ -93,6 +115,8 @@ _VARIABLES: Final[dict[str, tuple[str, str, envparse.Parser]]] = {
     "ca_file": ("SMTP_CA_FILE", "ca_file", envparse.text),
     "pool_size": ("SMTP_POOL_SIZE", "pool_size", envparse.number(int, minimum=1)),
     "pipelining": ("SMTP_PIPELINING", "pipelining", envparse.boolean),
+    "allow_plaintext_auth": ("SMTP_ALLOW_PLAINTEXT_AUTH", "allow_plaintext_auth",
+                             envparse.boolean),
 }
 _QUERY_NAMES: Final = frozenset(v[1] for v in _VARIABLES.values()) - {"host", "port", "user",
                                                                      "pass"}
