@@ -14,6 +14,7 @@ answers a byte at a time cannot hold the alert thread.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -187,7 +188,5 @@ def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
     expired.set()
     sock = conn.sock
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):  # already closed
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed

@@ -276,7 +276,8 @@ def suppress_remove(obj: dict[str, Any], address: str, note: str, actor: str | N
         removed = event_sql.unsuppress(conn, addr, actor=_actor(actor), note=note)
     if removed is None:
         raise click.ClickException(f"{addr} is not suppressed")
-    click.echo(f"{addr} removed (was {one_line(removed.reason)} since {display.when(removed.created_at)})")
+    click.echo(f"{addr} removed (was {one_line(removed.reason)} since "
+               f"{display.when(removed.created_at)})")
 
 
 @suppress_group.command("check")

@@ -14,7 +14,7 @@ import os
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import click
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -556,8 +556,8 @@ def run(args: list[str] | None = None, prog_name: str | None = None) -> int:
     try:
         rc = cli.main(args, prog_name=prog_name, standalone_mode=False)
     except click.ClickException as exc:
-        exc.message = terminal.clean(exc.message)  # it may quote what was typed or stored
-        exc.show()
+        # Its message may quote what was typed or stored: control characters written out.
+        exc.show(file=cast(IO[str], terminal.CleanStream(sys.stderr)))  # a text stream
         return exc.exit_code
     except click.Abort:
         click.echo("aborted", err=True)

@@ -11,8 +11,9 @@ markup is switched off. ``--json`` output does not come here: it stays exact.
 
 from __future__ import annotations
 
+import io
 import re
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,3 +59,22 @@ def console(**options: Any) -> Console:
             return super().render_str(clean(text), **kwargs)
 
     return _SafeConsole(markup=False, emoji=False, highlight=False, **options)
+
+
+class CleanStream(io.TextIOBase):
+    """A text stream that writes to ``stream`` with :func:`clean` applied: for text
+    that click formats itself (an error quoting what was typed)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(clean(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()

@@ -331,7 +331,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "mailout"
 
     def setup(self) -> None:
-        self.timeout = self.server.connection_timeout  # read by StreamRequestHandler.setup
+        # StreamRequestHandler.setup applies the class attribute ``timeout`` to the socket.
+        self.connection.settimeout(self.server.connection_timeout)
         super().setup()
 
     def do_GET(self) -> None:

@@ -4,8 +4,9 @@
 ``smtps://user:pass@host:465`` (implicit TLS) or, when ``MAILOUT_TRANSPORT`` is unset,
 the ``SMTP_HOST``, ``SMTP_PORT``, ``SMTP_USER``, ``SMTP_PASS``, ``SMTP_TLS``,
 ``SMTP_TIMEOUT``, ``SMTP_CA_FILE``, ``SMTP_POOL_SIZE``, ``SMTP_PIPELINING`` and
-``SMTP_ALLOW_PLAINTEXT_AUTH`` variables. In a URL, the user and password are percent-decoded and the other
-settings are query parameters named like the variables without ``SMTP_``
+``SMTP_ALLOW_PLAINTEXT_AUTH`` variables. In a URL, the user and password are
+percent-decoded and the other settings are query parameters named like the
+variables without ``SMTP_``
 (``?tls=none&timeout=10&pool_size=4&pipelining=false&ca_file=/path``); a variable
 that is set fills in what the URL leaves out. Bad values raise ConfigError naming
 the setting.
