@@ -44,7 +44,7 @@ from bench.common import (
 from mailout import Attachment, db, mime
 from mailout.db import migrate
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 
 KB = 1024
 MB = 1024 * KB

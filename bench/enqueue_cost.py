@@ -39,7 +39,7 @@ from sqlalchemy import (
 from bench.common import scratch_database
 from mailout import db
 from mailout.db import migrate
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 
 meta = MetaData()
 orders = Table("orders", meta, Column("id", BigInteger, primary_key=True),

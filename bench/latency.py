@@ -35,7 +35,7 @@ from bench.common import scratch_database, smtp_sink, stand_in_autovacuum
 from mailout import db
 from mailout.db import migrate, pauses
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
 
 SETTINGS = EnqueueSettings(message_id_domain="bench.example.com")
 LANES = "critical:4@1,bulk:16@2"

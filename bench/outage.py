@@ -38,7 +38,7 @@ from bench.common import MAIL_FROM, free_port, scratch_database
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 
 
 @contextlib.contextmanager

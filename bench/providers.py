@@ -38,7 +38,7 @@ from bench.common import (
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 
 
 def fill(engine: Engine, n: int, templates: Path, tag: str) -> None:

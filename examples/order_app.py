@@ -26,7 +26,7 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert
 
 from mailout import db
 from mailout.db import admin, migrate
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 SETTINGS = EnqueueSettings(templates_dir=TEMPLATES, message_id_domain="shop.example.com")

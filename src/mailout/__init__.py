@@ -3,6 +3,10 @@
 The application API is :func:`enqueue` (and its bulk and async twins); the worker,
 CLI and operator tools live in their own modules. Names are imported on first use,
 so that ``mailout`` commands do not pay for the enqueue path's imports.
+
+No submodule may be named like a public name: importing ``mailout.x`` sets the
+package attribute ``x`` to the submodule, which would hide the function ``x``
+(the enqueue functions live in ``mailout.outbox`` for that reason).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mailout.enqueue import (
+    from mailout.outbox import (
         EnqueueSettings,
         Message,
         enqueue,
@@ -33,8 +37,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "mailout.enqueue": ("EnqueueSettings", "Message", "enqueue", "enqueue_async",
-                        "enqueue_many", "enqueue_many_async"),
+    "mailout.outbox": ("EnqueueSettings", "Message", "enqueue", "enqueue_async",
+                       "enqueue_many", "enqueue_many_async"),
     "mailout.exceptions": ("ConfigError", "IdempotencyConflict", "InvalidMessage",
                            "MailoutError", "NotFound", "RenderError", "SchemaMissing"),
     "mailout.models": ("Attachment", "EnqueueResult", "Mailbox", "Outcome", "Status"),

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, Float, bindparam, update
 from mailout import db
 from mailout.db import admin, migrate
 from mailout.db.schema import db_now_plus, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.fixtures import AUTH_USER
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.tls import TestCerts

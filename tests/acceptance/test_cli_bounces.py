@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from mailout import db
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.acceptance.test_cli import MAILOUT, clean_env, mailout
 from tests.acceptance.test_cli import sqlite_url as sqlite_url  # a fixture
 

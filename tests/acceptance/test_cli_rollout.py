@@ -11,7 +11,7 @@ from sqlalchemy import func, select, update
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.acceptance.test_cli import mailout, mailout_json
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env

@@ -17,7 +17,7 @@ from sqlalchemy import update
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.outcome import Stage
 from tests.acceptance.test_cli import mailout
 from tests.support.smtpserver import SmtpTestServer

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, select
 
 from mailout import db
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.outcome import Stage
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.webconsole import (

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.routing import Mount
 
 from mailout.db.schema import audit, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.web import Identity, Role, create_app
 from tests.acceptance.test_cli import MAILOUT, clean_env, free_port
 from tests.support.webconsole import (

@@ -14,7 +14,7 @@ from mailout import Attachment, InvalidMessage, Message
 from mailout.db import admin
 from mailout.db import attachments as stored
 from mailout.db.schema import attachments, message_attachments, messages
-from mailout.enqueue import EnqueueSettings, enqueue, enqueue_many
+from mailout.outbox import EnqueueSettings, enqueue, enqueue_many
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 TERMS = b"%PDF terms and conditions " * 4_000  # ~100 KB

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, func, select, text
 
 from mailout import db
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.smtpserver import ReceivedMessage, SmtpTestServer
 from tests.support.workers import spawn_worker, worker_env
 

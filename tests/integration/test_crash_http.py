@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from mailout.db.schema import attempts
-from mailout.enqueue import enqueue
+from mailout.outbox import enqueue
 from tests.integration.test_crash import LEASE, SETTINGS, row, row_locked, wait_until_blocked
 from tests.support.providers.postmark import FakePostmark
 from tests.support.providers.resend import FakeResend

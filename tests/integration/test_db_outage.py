@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.pg import EmbeddedPostgres, create_database
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import spawn_worker, worker_env

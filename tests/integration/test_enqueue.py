@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from mailout import db
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
@@ -111,7 +111,7 @@ def test_a_session_bound_to_an_engine_enqueues_in_its_transaction(engine: Engine
 async def test_async_connection_and_session(db_url: str, engine: Engine) -> None:
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
-    from mailout.enqueue import enqueue_async
+    from mailout.outbox import enqueue_async
 
     aurl = (db_url.replace("sqlite://", "sqlite+aiosqlite://")
             .replace("mysql+pymysql://", "mysql+aiomysql://"))

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, func, select
 
 from mailout import config
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker.build import build_worker
 from tests.support.providers.postmark import FakePostmark
 from tests.support.providers.resend import FakeResend

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, insert, select, update
 
 from mailout.db import pauses
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.app_checks import app, campaigns, users
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env

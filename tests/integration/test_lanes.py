@@ -8,7 +8,7 @@ import time
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker.build import build_worker
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import settings_for

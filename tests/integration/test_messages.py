@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 
 from mailout import Attachment, Mailbox
 from mailout.db.schema import attempt_recipients, attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for
 

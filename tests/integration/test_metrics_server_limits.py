@@ -17,7 +17,7 @@ from sqlalchemy import select
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.worker.build import build_worker
 from tests.support.smtpserver import SmtpTestServer

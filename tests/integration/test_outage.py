@@ -25,7 +25,7 @@ from sqlalchemy import Engine, func, select
 
 from mailout.alerts import Alert
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.base import Decision
 from mailout.transports.smtp.classify import IMPLICIT_TLS_PORT
 from mailout.transports.smtp.client import SmtpTransport

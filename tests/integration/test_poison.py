@@ -19,7 +19,7 @@ from sqlalchemy import Engine, func, select
 from mailout import attempt, db
 from mailout.db import leasing
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.exceptions import InvalidMessage
 from mailout.guards import Guards
 from mailout.models import ClaimedMessage, Outcome, Status

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from mailout import config, db
 from mailout.db import migrate
 from mailout.db.schema import attempts
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.base import Decision
 from mailout.transports.smtp.client import AUTH_REPLY_REDACTED, SmtpTransport
 from mailout.transports.smtp.settings import (

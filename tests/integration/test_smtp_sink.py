@@ -13,7 +13,7 @@ from bench.common import smtp_sink
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 from tests.support.workers import spawn_worker
 
 pytestmark = pytest.mark.skipif(

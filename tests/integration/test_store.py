@@ -11,7 +11,7 @@ from sqlalchemy import Engine, select, update
 from mailout import db
 from mailout.db import admin, leasing
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")

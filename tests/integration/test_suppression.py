@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 
 from mailout.db import events as event_sql
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from tests.support import webhooks as w
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for

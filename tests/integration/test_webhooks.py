@@ -20,7 +20,7 @@ from sqlalchemy import Engine, func, select, update
 
 from mailout.db import events as event_sql
 from mailout.db.schema import events, messages, suppressions
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.webhooks.app import create_app
 from mailout.webhooks.handler import WebhookHandler
 from mailout.webhooks.settings import WebhookSettings, svix_secret

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, func, select, update
 from mailout import db
 from mailout.alerts import Alert
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.policy import backoff_bounds
 from mailout.worker.build import build_worker
 from tests.support.smtpserver import SmtpTestServer

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import attempts, messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 from mailout.transports.smtp.outcome import Stage
 from tests.support.pg import EmbeddedPostgres, create_database
 from tests.support.smtpserver import Fault, SmtpTestServer

@@ -110,8 +110,8 @@ FORBIDDEN = {
     "mailout.db": {"mailout.worker", "mailout.transports", "mailout.cli", "mailout.metrics",
                    "mailout.render", "mailout.attempt", "mailout.web", "mailout.webhooks"},
     "mailout.transports": {"mailout.db", "mailout.worker", "mailout.cli", "mailout.metrics",
-                           "mailout.attempt", "mailout.enqueue", "mailout.web"},
-    "mailout.enqueue": {"mailout.worker", "mailout.transports", "mailout.cli",
+                           "mailout.attempt", "mailout.outbox", "mailout.web"},
+    "mailout.outbox": {"mailout.worker", "mailout.transports", "mailout.cli",
                         "mailout.metrics", "mailout.render", "mailout.attempt"},
     "mailout.metrics": {"mailout.worker", "mailout.cli", "mailout.transports"},
     "mailout.worker": {"mailout.cli"},
@@ -121,7 +121,7 @@ FORBIDDEN = {
     "mailout.events": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
     # The console reads and acts through mailout.db only, and renders with render.py.
     "mailout.web": {"mailout.worker", "mailout.cli", "mailout.metrics", "mailout.attempt",
-                    "mailout.enqueue", "mailout.config", "mailout.transports.smtp"},
+                    "mailout.outbox", "mailout.config", "mailout.transports.smtp"},
 }
 # Plain records and pure helpers: they import nothing of mailout's.
 LEAVES = ("mailout.models", "mailout.exceptions", "mailout.timeutil")
@@ -164,11 +164,11 @@ def test_every_subpackage_says_what_it_owns_and_may_import() -> None:
 
 
 def test_the_enqueue_path_stays_cheap() -> None:
-    """``import mailout.enqueue`` loads no worker, transport, CLI, Jinja2 or Rich code."""
+    """``import mailout.outbox`` loads no worker, transport, CLI, Jinja2 or Rich code."""
     import subprocess
     import sys
 
-    code = ("import sys, mailout, mailout.enqueue; mailout.Message; "
+    code = ("import sys, mailout, mailout.outbox; mailout.Message; "
             "print(' '.join(sorted(sys.modules)))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True).stdout.split())

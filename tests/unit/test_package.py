@@ -14,3 +14,25 @@ def test_errors_share_one_root_and_their_builtin() -> None:
     assert issubclass(mailout.InvalidMessage, mailout.MailoutError)
     assert issubclass(mailout.InvalidMessage, ValueError)
     assert issubclass(mailout.NotFound, LookupError)
+
+
+def test_no_submodule_shadows_a_public_name() -> None:
+    """Importing every submodule (as the CLI, the worker or an app may) leaves each
+    public name bound to its function or class, never to a module of that name."""
+    import importlib
+    import pkgutil
+    import types
+
+    expected = {name: getattr(mailout, name) for name in mailout.__all__}
+    for info in pkgutil.walk_packages(mailout.__path__, "mailout."):
+        if ".migrations" in info.name or info.name in ("mailout.__main__",):
+            continue  # Alembic scripts; the CLI entry point runs when imported
+        try:
+            importlib.import_module(info.name)
+        except ImportError:
+            continue  # an optional extra that is not installed
+    for name, value in expected.items():
+        now = getattr(mailout, name)
+        assert not isinstance(now, types.ModuleType), f"mailout.{name} is a module now"
+        assert now is value, f"mailout.{name} changed after importing the submodules"
+    assert callable(mailout.enqueue)
