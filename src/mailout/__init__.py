@@ -15,14 +15,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mailout.outbox import (
-        EnqueueSettings,
-        Message,
-        enqueue,
-        enqueue_async,
-        enqueue_many,
-        enqueue_many_async,
-    )
     from mailout.exceptions import (
         ConfigError,
         IdempotencyConflict,
@@ -33,6 +25,14 @@ if TYPE_CHECKING:
         SchemaMissing,
     )
     from mailout.models import Attachment, EnqueueResult, Mailbox, Outcome, Status
+    from mailout.outbox import (
+        EnqueueSettings,
+        Message,
+        enqueue,
+        enqueue_async,
+        enqueue_many,
+        enqueue_many_async,
+    )
 
 __version__ = "0.1.0"
 

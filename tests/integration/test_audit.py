@@ -12,8 +12,8 @@ from mailout.db.actions import PauseKind, Resolution
 from mailout.db.audit import AuditAction
 from mailout.db.schema import audit as audit_table
 from mailout.db.schema import messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.models import Status
+from mailout.outbox import EnqueueSettings, enqueue
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 

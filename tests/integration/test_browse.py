@@ -11,8 +11,8 @@ from sqlalchemy import Engine, Float, bindparam, insert, update
 from mailout.db import browse, series
 from mailout.db.browse import MessageFilter
 from mailout.db.schema import attempts, db_now, db_now_plus, messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.models import Status
+from mailout.outbox import EnqueueSettings, enqueue
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from mailout import db
 from mailout.db.schema import messages
-from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
+from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
 

@@ -8,10 +8,10 @@ from sqlalchemy import Engine, func, update
 
 from mailout.alerts import Alert, Alerts
 from mailout.db.schema import messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.events import Event, EventType, Provider
 from mailout.ingest import Policy, ingest
 from mailout.ingest_alerts import RateMonitor
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.webhooks.settings import WebhookSettings
 
 

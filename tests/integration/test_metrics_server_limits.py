@@ -17,8 +17,8 @@ from sqlalchemy import select
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker.build import build_worker
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import settings_for, worker_env

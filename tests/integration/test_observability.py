@@ -25,9 +25,9 @@ from sqlalchemy import Engine, text, update
 
 from mailout.config import Settings
 from mailout.db.schema import messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.logs import JsonFormatter, configure_logging
 from mailout.metrics.prometheus import MetricsServer, PrometheusObserver, start_metrics_server
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker.build import build_worker
 from mailout.worker.runtime import Worker
 from tests.support.fixtures import AUTH_USER

@@ -19,10 +19,10 @@ from sqlalchemy import Engine, func, select
 from mailout import attempt, db
 from mailout.db import leasing
 from mailout.db.schema import attempts, messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.exceptions import InvalidMessage
 from mailout.guards import Guards
 from mailout.models import ClaimedMessage, Outcome, Status
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.policy import RetryPolicy
 from mailout.render import Renderer
 from mailout.transports.memory import MemoryTransport

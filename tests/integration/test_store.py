@@ -11,8 +11,8 @@ from sqlalchemy import Engine, select, update
 from mailout import db
 from mailout.db import admin, leasing
 from mailout.db.schema import attempts, messages
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
+from mailout.outbox import EnqueueSettings, enqueue
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 

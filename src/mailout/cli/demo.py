@@ -30,8 +30,8 @@ from sqlalchemy import Column, Connection, Engine, Integer, MetaData, String, Ta
 
 from mailout import config, db
 from mailout.db import admin, leasing, migrate
-from mailout.outbox import EnqueueSettings, enqueue
 from mailout.models import EnqueueResult
+from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.devsink import DevSink
 from mailout.worker.build import build_worker
 

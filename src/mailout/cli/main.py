@@ -191,8 +191,8 @@ def enqueue_cmd(obj: dict[str, Any], to: tuple[str, ...], cc: tuple[str, ...],
     Invalid input exits 2 naming the option; a key that already holds a different
     message exits 1.
     """
-    from mailout.outbox import enqueue
     from mailout.models import Attachment
+    from mailout.outbox import enqueue
 
     try:
         parsed = json.loads(params) if params else None
