@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import compose, validate
+from mailout import compose, template_params, validate
 from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
 from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
@@ -36,6 +36,7 @@ DEFAULT_MAX_BYTES = 10_000_000  # a whole message after encoding (Postmark's, SE
 DEFAULT_MAX_ATTACHMENT_BYTES = 7_000_000
 DEFAULT_MAX_RECIPIENTS = 50
 DEFAULT_MAX_AGE = 24 * 3600.0
+DEFAULT_TEMPLATES = "templates"  # the worker's default MAILOUT_TEMPLATES (config.py)
 
 Addresses = str | Mailbox | Sequence[str | Mailbox]
 
@@ -44,7 +45,8 @@ Addresses = str | Mailbox | Sequence[str | Mailbox]
 class EnqueueSettings:
     """What enqueue needs from the environment. ``from_env`` reads it; tests pass their own."""
 
-    templates_dir: Path | None = None  # when set, templates must exist there
+    # When set, templates must exist there and params must cover their variables.
+    templates_dir: Path | None = None
     message_id_domain: str | None = None
     max_message_bytes: int = DEFAULT_MAX_BYTES
     max_attachment_bytes: int = DEFAULT_MAX_ATTACHMENT_BYTES
@@ -58,7 +60,10 @@ class EnqueueSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EnqueueSettings:
         env = os.environ if env is None else env
-        templates = env.get("MAILOUT_TEMPLATES")
+        # The worker's folder: MAILOUT_TEMPLATES, else ./templates when it exists (an
+        # app that enqueues away from the templates is not refused for lacking them).
+        templates = env.get("MAILOUT_TEMPLATES") or (
+            DEFAULT_TEMPLATES if Path(DEFAULT_TEMPLATES).is_dir() else None)
         domain = env.get("MAILOUT_MESSAGE_ID_DOMAIN") or _domain_of(env.get("MAIL_FROM", ""))
         return cls(
             templates_dir=Path(templates) if templates else None,
@@ -155,7 +160,7 @@ class Message:
 
 def _validated_row(
     msg: Message, settings: EnqueueSettings,
-    templates: dict[tuple[str, str | None], tuple[str, int | None]] | None = None,
+    templates: dict[tuple[str, str | None], tuple[str, int | None, str | None]] | None = None,
 ) -> dict[str, Any]:
     """The column values for ``msg``, or InvalidMessage naming the first bad field.
 
@@ -200,8 +205,10 @@ def _validated_row(
             checked = _template(msg.template, row["locale"], settings)
             if templates is not None:
                 templates[(msg.template, row["locale"])] = checked
-        row["template"], row["schema_version"] = checked
+        row["template"], row["schema_version"], variant = checked
         row["params"], params_size = validate.params({} if msg.params is None else msg.params)
+        if variant is not None and settings.templates_dir is not None:
+            template_params.missing_params(settings.templates_dir, variant, row["params"])
     else:
         if msg.params is not None:
             raise InvalidMessage("params", "params need a template")
@@ -221,16 +228,22 @@ def _validated_row(
 
 
 def _template(name: str, locale: str | None,
-              settings: EnqueueSettings) -> tuple[str, int | None]:
-    """The checked template name and its schema; with a locale, a variant must exist."""
-    checked = validate.template_name(name, settings.templates_dir if locale is None else None)
-    if settings.templates_dir is None:
-        return checked, None
-    if locale is not None and resolve_variant(settings.templates_dir, checked, locale) is None:
+              settings: EnqueueSettings) -> tuple[str, int | None, str | None]:
+    """The checked template name, its schema and the variant folder it will render
+    from (None without a templates folder to look in); a variant must exist."""
+    checked = validate.template_name(name, None)
+    folder = settings.templates_dir
+    if folder is None:
+        return checked, None, None
+    variant = resolve_variant(folder, checked, locale)
+    if variant is None:
+        if locale is None or resolve_variant(folder, checked, None) is None:
+            raise InvalidMessage("template", f"no template {checked!r} in {folder} "
+                                 "(MAILOUT_TEMPLATES, default ./templates)")
         raise InvalidMessage("locale", f"template {checked!r} has no variant for {locale!r} "
                              f"(looked for {locale}/, its language's folder and the template's "
-                             f"own in {settings.templates_dir})")
-    return checked, template_schema(settings.templates_dir, checked)
+                             f"own in {folder})")
+    return checked, template_schema(folder, checked), variant
 
 
 def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
@@ -270,7 +283,7 @@ def enqueue_many(
     """
     settings = settings or EnqueueSettings.from_env()
     # A template is looked up on disk once per call, not once per message.
-    templates: dict[tuple[str, str | None], tuple[str, int | None]] = {}
+    templates: dict[tuple[str, str | None], tuple[str, int | None, str | None]] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
     inserts.refuse_oversize(connection, rows)
