@@ -23,6 +23,7 @@ from sqlalchemy import select
 from mailout import config, db
 from mailout.db import migrate
 from mailout.db.schema import attempts
+from mailout.hosts import is_loopback
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.base import Decision
 from mailout.transports.smtp.client import AUTH_REPLY_REDACTED, SmtpTransport
@@ -30,7 +31,6 @@ from mailout.transports.smtp.settings import (
     SmtpSettings,
     TlsMode,
     cleartext_auth_refused,
-    is_loopback,
 )
 from mailout.transports.smtp.settings import from_env as smtp_from_env
 from tests.support.envelopes import full_envelope

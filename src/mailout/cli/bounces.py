@@ -15,6 +15,7 @@ import click
 
 from mailout import validate
 from mailout.cli import display
+from mailout.cli.common import WEBHOOKS_PORT
 from mailout.cli.terminal import one_line
 from mailout.events import Event, normalize_address
 from mailout.exceptions import InvalidMessage
@@ -47,7 +48,7 @@ def webhooks_group() -> None:
 @webhooks_group.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on (loopback unless a proxy needs otherwise).")
-@click.option("--port", type=click.IntRange(1, 65535), default=8025, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=WEBHOOKS_PORT, show_default=True)
 @click.pass_obj
 def serve_cmd(obj: dict[str, Any], host: str, port: int) -> None:
     """Serve POST /webhooks/<provider> for every provider whose secret is set.

@@ -22,6 +22,11 @@ PURGE_BATCH = 1000
 FINAL_STATUSES = ("sent", "failed", "dead", "cancelled")
 # Exit codes (docs/cli.md): 0 done, 1 an error, 2 bad usage or input, and
 EXIT_TRANSPORT_DOWN = 3  # worker --until-idle stopped: the transport is paused or down
+# Default ports of the servers the CLI starts, all on loopback: distinct, so that the
+# console, the webhook receiver and the development sink can run side by side.
+WEB_PORT = 8025  # mailout web
+WEBHOOKS_PORT = 8026  # mailout webhooks serve
+DEV_SINK_PORT = 2525  # mailout dev-sink (SMTP); also the default of its SMTP_PORT
 
 
 def parse_span(text: str) -> timedelta:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
 from mailout.cli import audit as cli_audit
-from mailout.cli import bounces, common, display, rollout, terminal
+from mailout.cli import bounces, common, dev, display, rollout, terminal
 from mailout.cli import web as cli_web
 from mailout.cli.audit import REASON_HELP
 from mailout.cli.common import (
@@ -539,7 +539,8 @@ def demo_cmd(directory: Path) -> None:
     demo.run(directory, display.console())
 
 
-for _command in (*rollout.COMMANDS, *bounces.COMMANDS, cli_audit.audit_cmd, cli_web.web_cmd):
+for _command in (*rollout.COMMANDS, *bounces.COMMANDS, cli_audit.audit_cmd, cli_web.web_cmd,
+                 dev.dev_sink_cmd):
     cli.add_command(_command)
 
 

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import click
 
-LOOPBACK_NAMES = ("localhost",)
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``."""
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from mailout.cli.common import WEB_PORT
+from mailout.hosts import is_loopback
 
 
 @click.command("web")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything but loopback exposes the console: put it "
                    "behind TLS.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8025, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=WEB_PORT, show_default=True)
 @click.option("--no-auth", is_flag=True,
               help="Everyone is admin, no token asked. Local development only: refused "
                    "unless --host is a loopback address.")

@@ -13,13 +13,13 @@ Postmark also takes ``stream`` (its message stream); Mailgun ``region`` (``us`` 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from mailout.exceptions import ConfigError
+from mailout.hosts import is_loopback
 
 if TYPE_CHECKING:
     from mailout.transports.http import Provider
@@ -140,16 +140,9 @@ def _endpoint(raw: str, setting: str) -> str:
     host = parts.hostname or ""
     if parts.scheme == "https" and host:
         return raw.rstrip("/")
-    if parts.scheme == "http" and _loopback(host):
+    if parts.scheme == "http" and is_loopback(host):
         return raw.rstrip("/")
     raise ConfigError(setting, f"?endpoint must be an https:// URL (http:// only on loopback), "
                                f"got {raw!r}")
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -1,6 +1,7 @@
 """A local SMTP sink for development and the demo: accepts mail, writes ``.eml`` files.
 
-An aiosmtpd ``Controller`` on 127.0.0.1 (a free port), in its own thread. Every
+An aiosmtpd ``Controller`` on 127.0.0.1 (a free port, or the one given: ``mailout
+dev-sink --port``), in its own thread. Every
 accepted message is written as ``<directory>/<n>.eml`` (n from 1) exactly as
 received, and the reply is ``250 2.0.0 Ok: queued as <ID>``, as Postfix says it,
 so the worker records a provider id.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from email import policy
 from email.parser import BytesHeaderParser
@@ -77,11 +79,13 @@ class _Handler:
 class DevSink:
     """The sink; use it as a context manager (``with DevSink(dir) as sink: ...``)."""
 
-    def __init__(self, directory: Path, *, faults: bool = True) -> None:
+    def __init__(self, directory: Path, *, faults: bool = True, port: int = 0,
+                 on_save: Callable[[Delivered], None] | None = None) -> None:
         self.directory = Path(directory)
         self.faults = faults
         self.host = HOST
-        self.port = 0
+        self.port = port  # 0: a free one, chosen at start()
+        self.on_save = on_save  # called in the sink's thread after each message is written
         self._lock = threading.Lock()
         self._delivered: list[Delivered] = []
         self._seen: set[str] = set()
@@ -93,20 +97,22 @@ class DevSink:
             return list(self._delivered)
 
     def start(self) -> DevSink:
-        """Listen on a free loopback port. Raises OSError if none could be bound."""
+        """Listen on loopback, on ``port`` or a free one. Raises OSError if it cannot
+        be bound (the given port is taken)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        for attempt in range(_BIND_TRIES):
+        tries = 1 if self.port else _BIND_TRIES
+        for attempt in range(tries):
             # The Controller needs a concrete port (it connects to it to check it is up),
             # so pick a free one first; another process could take it in between, hence
             # the retry.
-            port = _free_port()
+            port = self.port or _free_port()
             controller = Controller(_Handler(self), hostname=HOST, port=port,
                                     ident="mailout devsink", ready_timeout=5.0)
             try:
                 controller.start()
-            except (OSError, RuntimeError):
-                if attempt == _BIND_TRIES - 1:
-                    raise
+            except (OSError, RuntimeError) as exc:
+                if attempt == tries - 1:
+                    raise OSError(f"cannot listen on {HOST}:{port}: {exc}") from None
                 continue
             self._controller, self.port = controller, port
             return self
@@ -151,6 +157,8 @@ class DevSink:
             delivered = Delivered(path, None if raw_id is None else str(raw_id).strip(),
                                   queue_id, mail_from, rcpt_tos)
             self._delivered.append(delivered)
+        if self.on_save is not None:
+            self.on_save(delivered)
         return delivered
 
 

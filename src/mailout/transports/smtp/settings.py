@@ -15,7 +15,6 @@ the setting.
 from __future__ import annotations
 
 import enum
-import ipaddress
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from mailout import envparse
 from mailout.exceptions import ConfigError
+from mailout.hosts import is_loopback
 
 IMPLICIT_TLS_PORT: Final = 465
 DEFAULT_PORT: Final = 587
@@ -69,17 +69,6 @@ class SmtpSettings:
             raise ValueError("pool_size must be at least 1")
         if self.timeout <= 0:
             raise ValueError("timeout must be positive")
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` (and ``*.localhost``) and loopback IP addresses."""
-    name = host.strip("[]").lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def cleartext_auth_refused(settings: SmtpSettings) -> bool:
