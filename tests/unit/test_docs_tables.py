@@ -3,6 +3,7 @@ after a table's last row is read as one more row and disappears (issue 14, item 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob(
 def test_every_table_ends_with_a_blank_line(path: Path) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     fenced = False
-    for number, (line, following) in enumerate(zip(lines, lines[1:], strict=False), 1):
+    for number, (line, following) in enumerate(itertools.pairwise(lines), 1):
         if line.startswith("```"):
             fenced = not fenced
         if fenced or not line.startswith("|"):
