@@ -36,6 +36,11 @@ DEFAULT_MAX_BYTES = 10_000_000  # a whole message after encoding (Postmark's, SE
 DEFAULT_MAX_ATTACHMENT_BYTES = 7_000_000
 DEFAULT_MAX_RECIPIENTS = 50
 DEFAULT_MAX_AGE = 24 * 3600.0
+# A message's age limit: beyond this a number is a mistake (and infinity or 1e300 do
+# not fit the databases' timestamps).
+MAX_EXPIRES_IN = 10 * 366 * 86400.0
+# Scheduled times every database stores, with room for expires_in after them.
+_SEND_AT_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 DEFAULT_TEMPLATES = "templates"  # the worker's default MAILOUT_TEMPLATES (config.py)
 
 Addresses = str | Mailbox | Sequence[str | Mailbox]
@@ -215,7 +220,10 @@ def _validated_row(
         if msg.subject is None or (msg.text is None and msg.html is None):
             raise InvalidMessage("subject", "a message without a template needs a subject "
                                  "and text or html")
-        row["subject"] = validate.text("subject", msg.subject, header=True, allow_empty=False)
+        # Stored as it will be sent: the renderer drops surrounding whitespace, which a
+        # header cannot carry faithfully anyway.
+        row["subject"] = validate.text("subject", msg.subject, header=True,
+                                       allow_empty=False).strip()
         row["body_text"] = None if msg.text is None else validate.text("text", msg.text)
         row["body_html"] = None if msg.html is None else validate.text("html", msg.html)
     content = {k: row[k] for k in ("subject", "body_text", "body_html", "headers")}
@@ -261,6 +269,11 @@ def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
         expires = expires.total_seconds()
     if isinstance(expires, bool) or not isinstance(expires, int | float) or not expires > 0:
         raise InvalidMessage("expires_in", "must be a positive number of seconds or a timedelta")
+    if not expires <= MAX_EXPIRES_IN:  # also NaN and infinity
+        raise InvalidMessage("expires_in", f"must be at most {MAX_EXPIRES_IN:.0f} seconds "
+                             "(ten years)")
+    if send_at is not None and not _SEND_AT_RANGE[0] <= send_at <= _SEND_AT_RANGE[1]:
+        raise InvalidMessage("send_at", "must be between the years 1970 and 9000")
     return {"send_at": send_at, "expires_in": float(expires)}
 
 
@@ -279,7 +292,8 @@ def enqueue_many(
 
     Every message is validated first, so one bad message raises InvalidMessage and
     nothing is written. Keys already present (in the table or earlier in the same
-    call) follow the rules of :func:`enqueue`. Results come back in input order.
+    call) follow the rules of :func:`enqueue`; an IdempotencyConflict also leaves
+    nothing of the batch written. Results come back in input order.
     """
     settings = settings or EnqueueSettings.from_env()
     # A template is looked up on disk once per call, not once per message.
@@ -290,16 +304,21 @@ def enqueue_many(
     stored = inserts.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
     linked: list[tuple[int, Sequence[stored_attachments.Stored]]] = []
+    conflict: IdempotencyConflict | None = None
     for row in rows:
         hit = stored[row["idempotency_key"]]
         created = hit.created and hit.message_id == row["message_id"]
         if created and row["attachments"]:
             linked.append((hit.id, row["attachments"]))
-        if not created and not ignore_conflicts:
+        if not created and not ignore_conflicts and conflict is None:
             differing = _differing(hit.content, row)
             if differing:
-                raise IdempotencyConflict(row["idempotency_key"], hit.id, differing)
+                conflict = IdempotencyConflict(row["idempotency_key"], hit.id, differing)
         results.append(EnqueueResult(hit.id, row["idempotency_key"], hit.message_id, created))
+    if conflict is not None:
+        # All or nothing: the rows this call inserted go again before the error.
+        inserts.withdraw(connection, [r.id for r in results if r.created])
+        raise conflict
     if linked:
         stored_attachments.store(connection, linked)
     return results

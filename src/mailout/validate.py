@@ -28,6 +28,9 @@ QUEUE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # RFC 5322 field names: printable ASCII except the colon.
 HEADER_NAME_RE = re.compile(r"[!-9;-~]{1,76}")
 PRIORITY_RANGE = range(-32768, 32768)  # the column is a SMALLINT
+# Params nest at most this deep: far more than any template reads, far less than
+# Python's recursion limit (JSON encoders and decoders recurse too).
+PARAMS_MAX_DEPTH = 64
 # An ASCII host name of two or more labels: the only domain shape the fast path of
 # address() takes; everything else goes through email-validator in full.
 _PLAIN_DOMAIN_RE = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
@@ -36,6 +39,14 @@ _SPECIAL_MAILBOXES = frozenset(CASE_INSENSITIVE_MAILBOX_NAMES)
 # Built once: json.dumps() with any option builds a new encoder on every call.
 _PARAMS_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
 
+# Every character str.splitlines() breaks on, plus the other C0 controls and DEL:
+# any of them in a header value is an injection attempt or a rendering bug.
+BAD_HEADER_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+# Fields that servers and signers add on the way (RFC 5322 3.6.6-3.6.7, RFC 6376,
+# RFC 8617): given at enqueue they would forge a message's history or signature.
+TRACE_HEADERS = frozenset({"received", "dkim-signature", "arc-seal",
+                           "arc-message-signature", "arc-authentication-results",
+                           "authentication-results", "received-spf"})
 # Headers mailout writes itself; letting extras set them would break tracing or MIME.
 RESERVED_HEADERS = frozenset(
     {"message-id", "from", "to", "cc", "bcc", "subject", "date", "mime-version", "sender",
@@ -47,15 +58,17 @@ def text(field: str, value: object, *, header: bool = False, allow_empty: bool =
     """A string that every database and the wire can carry.
 
     Refuses non-strings, NUL characters (PostgreSQL rejects them), lone surrogates
-    (not encodable as UTF-8), and, for values that end up in a header, CR and LF,
-    which would let the value inject headers of its own.
+    (not encodable as UTF-8), and, for values that end up in a header, every line
+    break and control character the renderer refuses (:data:`BAD_HEADER_CHARS`: CR
+    and LF would inject headers, U+2028, VT, FF, ESC... would fail at send time).
     """
     if not isinstance(value, str):
         raise InvalidMessage(field, f"must be a string, not {type(value).__name__}")
     if "\x00" in value:
         raise InvalidMessage(field, "contains a NUL character")
-    if header and ("\r" in value or "\n" in value):
-        raise InvalidMessage(field, "contains CR or LF, which is not allowed in a header")
+    if header and BAD_HEADER_CHARS.search(value):
+        raise InvalidMessage(field, "contains a line break or control character, which is "
+                             "not allowed in a header")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -147,9 +160,6 @@ def mailbox(field: str, value: object) -> str:
 # below; enqueue validates with the same ones, so a message it accepts cannot fail
 # to render on its addresses (and never reaches the worker as a poison message).
 
-# Every character str.splitlines() breaks on, plus the other C0 controls and DEL:
-# any of them in a header value is an injection attempt or a rendering bug.
-BAD_HEADER_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 # Extras that hold addresses: non-ASCII display names there need encoded-words
 # around the name only, never around the address.
 ADDRESS_HEADERS = frozenset({"reply-to", "sender", "resent-from", "resent-sender",
@@ -276,7 +286,7 @@ def params(value: object) -> tuple[dict[str, Any], int]:
     """
     if not isinstance(value, Mapping):
         raise InvalidMessage("params", "must be a mapping (a JSON object)")
-    _check_json("params", value)
+    _check_json("params", value, PARAMS_MAX_DEPTH)
     try:
         encoded = _PARAMS_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
@@ -287,9 +297,10 @@ def params(value: object) -> tuple[dict[str, Any], int]:
         raise InvalidMessage("params", "is not valid Unicode (lone surrogate)") from None
 
 
-def _check_json(field: str, value: object) -> None:
-    """Refuse what JSON cannot carry unchanged. Lone surrogates are left to the
-    caller's UTF-8 encoding of the whole document, which finds them in one pass."""
+def _check_json(field: str, value: object, depth: int) -> None:
+    """Refuse what JSON cannot carry unchanged, and nesting deeper than ``depth``
+    (a structure that contains itself is infinitely deep). Lone surrogates are left
+    to the caller's UTF-8 encoding of the whole document, which finds them in one pass."""
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidMessage(field, "contains a NUL character")
@@ -300,16 +311,19 @@ def _check_json(field: str, value: object) -> None:
         if not math.isfinite(value):
             raise InvalidMessage(field, "contains NaN or infinity, which JSON cannot hold")
         return
+    if isinstance(value, Mapping | list | tuple) and depth <= 0:
+        raise InvalidMessage(field, f"is nested more than {PARAMS_MAX_DEPTH} levels deep "
+                             "(or contains itself)")
     if isinstance(value, Mapping):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise InvalidMessage(field, f"has a non-string key {k!r}")
-            _check_json(field, k)
-            _check_json(field, v)
+            _check_json(field, k, depth - 1)
+            _check_json(field, v, depth - 1)
         return
     if isinstance(value, list | tuple):
         for item in value:
-            _check_json(field, item)
+            _check_json(field, item, depth - 1)
         return
     raise InvalidMessage(field, f"not JSON-serializable: {type(value).__name__}")
 
@@ -329,6 +343,10 @@ def headers(value: object) -> dict[str, str]:
                                  f"{argument} argument")
         if name.lower() in RESERVED_HEADERS or name.lower().startswith("content-"):
             raise InvalidMessage("headers", f"{name!r} is set by mailout and cannot be given")
+        if name.lower() in TRACE_HEADERS or name.lower().startswith("resent-"):
+            raise InvalidMessage("headers", f"{name!r} is a trace, resent or signature field: "
+                                 "servers and signers add those, a message never carries "
+                                 "its own")
         out[name] = text(f"headers[{name}]", val, header=True)
         if name.lower() in ADDRESS_HEADERS:
             extra_header(name, out[name])  # as the worker will write it

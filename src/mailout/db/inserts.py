@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Float, bindparam, func, select, text
+from sqlalchemy import Connection, Float, bindparam, delete, func, select, text
 
 from mailout.db import dialects
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
@@ -223,6 +223,14 @@ def _insert_then_lock(conn: Connection, params: Sequence[Mapping[str, Any]],
         ours = m["message_id"] == first[m["idempotency_key"]]["message_id"]
         content = first[m["idempotency_key"]] if ours else dict(m)
         found[m["idempotency_key"]] = Stored(m["id"], m["message_id"], ours, content)
+
+
+def withdraw(conn: Connection, ids: Sequence[int]) -> None:
+    """Delete rows this transaction just inserted (an enqueue_many that failed after
+    its INSERT), so that a caller who catches the error and commits writes none of
+    the batch. Nothing else can have seen them: they are not committed."""
+    if ids:
+        conn.execute(delete(messages).where(messages.c.id.in_(list(ids))))
 
 
 def notify_queues(conn: Connection, queues: Iterable[str]) -> None:
