@@ -120,9 +120,8 @@ def test_a_conflicting_batch_writes_nothing_even_when_the_caller_commits(
     batch = [Message(to=f"u{i}@example.com", subject="Hi", text="x", key=f"new-{i}")
              for i in range(3)]
     batch.append(Message(to="ann@example.com", subject="Other", text="x", key="taken"))
-    with engine.begin() as conn:
-        with pytest.raises(IdempotencyConflict):
-            enqueue_many(conn, batch, settings=SETTINGS)
+    with engine.begin() as conn, pytest.raises(IdempotencyConflict):
+        enqueue_many(conn, batch, settings=SETTINGS)
         # The caller catches the error and commits its own work anyway.
     assert _count(engine) == 1
     with engine.begin() as conn:  # and the keys are free for a corrected batch
