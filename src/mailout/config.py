@@ -177,6 +177,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     missing MAIL_FROM.
     """
     env = os.environ if env is None else env
+    validate.allowed_special_domains(env)  # a bad MAILOUT_ALLOW_SPECIAL_DOMAINS stops here
     values: dict[str, Any] = {}
     for name, (var, parse, default) in _SPEC.items():
         given = overrides.get(name)

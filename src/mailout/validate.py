@@ -9,17 +9,18 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from email import headerregistry
 from pathlib import Path
 from typing import Any
 
-from email_validator import EmailNotValidError, validate_email
+from email_validator import SPECIAL_USE_DOMAIN_NAMES, EmailNotValidError, validate_email
 from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES, DOT_ATOM_TEXT
 
 from mailout import mime
-from mailout.exceptions import InvalidMessage
+from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.models import Attachment, Mailbox
 from mailout.templates import template_exists, validate_locale, validate_template_name
 
@@ -101,7 +102,59 @@ def address(field: str, value: object) -> str:
     try:
         return validate_email(raw, check_deliverability=False).normalized
     except EmailNotValidError as exc:
-        raise InvalidMessage(field, f"not a valid address: {exc}") from None
+        reason = str(exc)
+        if SPECIAL_USE_REFUSAL not in reason:
+            raise InvalidMessage(field, f"not a valid address: {reason}") from None
+    allowed = _allowed_special_use(raw)
+    if allowed is None:
+        raise InvalidMessage(field, f"not a valid address: {reason} Special-use domains "
+                             f"are refused unless named in {ALLOW_SPECIAL_SETTING} (e.g. "
+                             "test,localhost for staging)") from None
+    return allowed
+
+
+# email-validator's words for a domain under a special-use name (.test, .localhost...).
+SPECIAL_USE_REFUSAL = "special-use or reserved name"
+ALLOW_SPECIAL_SETTING = "MAILOUT_ALLOW_SPECIAL_DOMAINS"
+# What the setting may name: email-validator's special-use names, and the two other
+# names staging systems use that it already accepts.
+SPECIAL_USE_NAMES = frozenset({*SPECIAL_USE_DOMAIN_NAMES, "internal", "example"})
+_LABEL_RE = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+_STAND_IN_DOMAIN = "mailout-check.example.com"  # a domain email-validator accepts
+
+
+def allowed_special_domains(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The special-use names ``MAILOUT_ALLOW_SPECIAL_DOMAINS`` allows (``test,localhost``).
+    Raises ConfigError for a name that is not a special-use one."""
+    raw = (os.environ if env is None else env).get(ALLOW_SPECIAL_SETTING, "")
+    names = frozenset(n.strip().lower().strip(".") for n in raw.split(",") if n.strip())
+    unknown = sorted(names - SPECIAL_USE_NAMES)
+    if unknown:
+        raise ConfigError(ALLOW_SPECIAL_SETTING, f"{', '.join(unknown)}: not a special-use "
+                          f"name (choose from {', '.join(sorted(SPECIAL_USE_NAMES))})")
+    return names
+
+
+@functools.lru_cache(maxsize=1)
+def _process_allowed_special() -> frozenset[str]:
+    """The setting as this process read it on first use (addresses are checked often)."""
+    return allowed_special_domains()
+
+
+def _allowed_special_use(raw: str) -> str | None:
+    """``raw`` normalised, when its domain is under a special-use name the setting
+    allows and the rest of it is valid; None otherwise."""
+    local, _, domain = raw.rpartition("@")
+    labels = domain.lower().rstrip(".").split(".")
+    if labels[-1] not in _process_allowed_special():
+        return None
+    if not all(_LABEL_RE.fullmatch(label) for label in labels) or len(domain) > 253:
+        return None
+    try:  # the local part, checked as at any other domain
+        checked = validate_email(f"{local}@{_STAND_IN_DOMAIN}", check_deliverability=False)
+    except EmailNotValidError:
+        return None
+    return f"{checked.local_part}@{'.'.join(labels)}"
 
 
 def _plain_address(raw: str) -> str | None:

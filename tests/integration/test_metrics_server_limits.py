@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,8 @@ def test_the_metrics_server_binds_loopback_by_default(
     try:
         with start_metrics_server(0, worker) as server:
             assert server.host == "127.0.0.1"
+            with urllib.request.urlopen(server.url + "/", timeout=5) as answer:
+                assert answer.status == 200
     finally:
         worker.engine.dispose()
 

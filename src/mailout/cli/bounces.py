@@ -15,7 +15,7 @@ import click
 
 from mailout import validate
 from mailout.cli import display
-from mailout.cli.common import WEBHOOKS_PORT
+from mailout.cli.common import LIMIT, WEBHOOKS_PORT
 from mailout.cli.terminal import one_line
 from mailout.events import Event, normalize_address
 from mailout.exceptions import InvalidMessage
@@ -161,7 +161,7 @@ def _inputs(files: tuple[str, ...], mbox: bool) -> list[tuple[str, bytes]]:
 @click.option("--type", "types", help="Comma-separated: delivered, bounced, deferred, "
               "complained, unsubscribed, rejected.")
 @click.option("--provider", help="Only this provider (resend, ses, dsn, arf...).")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def events_cmd(obj: dict[str, Any], unmatched: bool, types: str | None,
@@ -221,7 +221,7 @@ def _address(raw: str) -> str:
 @suppress_group.command("list")
 @click.option("--reason", help="Only this reason: hard_bounce, soft_bounces, complaint, "
               "unsubscribe, manual.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def suppress_list(obj: dict[str, Any], reason: str | None, limit: int, as_json: bool) -> None:

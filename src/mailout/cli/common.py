@@ -6,6 +6,7 @@ Imported by :mod:`mailout.cli.main` and the command modules; imports none of the
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,12 +14,17 @@ from sqlalchemy import Engine
 
 from mailout import db
 from mailout.db import migrate
+from mailout.db.engine import sqlite_file
 from mailout.policy import duration_seconds
 
 DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
 WINDOW_ENV = "MAILOUT_IDEMPOTENCY_WINDOW"
 DEFAULT_WINDOW = "30d"
 PURGE_BATCH = 1000
+MAX_SPAN = timedelta(days=100 * 366)  # --since, --older-than: further back is a typo
+# Row ids and --limit as every database stores them (a 64-bit signed integer).
+ROW_ID = click.IntRange(1, 2**63 - 1)
+LIMIT = click.IntRange(1, 1_000_000)
 FINAL_STATUSES = ("sent", "failed", "dead", "cancelled")
 # Exit codes (docs/cli.md): 0 done, 1 an error, 2 bad usage or input, and
 EXIT_TRANSPORT_DOWN = 3  # worker --until-idle stopped: the transport is paused or down
@@ -33,15 +39,22 @@ def parse_span(text: str) -> timedelta:
     """A span of time in :func:`mailout.policy.duration_seconds`'s grammar.
 
     Raises ValueError for anything else, including a bare number: "30" could mean
-    seconds or days, and guessing wrong here deletes data.
+    seconds or days, and guessing wrong here deletes data, and for a span over
+    :data:`MAX_SPAN` (no database date reaches that far back).
     """
-    return timedelta(seconds=duration_seconds(text, bare_seconds=False))
+    seconds = duration_seconds(text, bare_seconds=False)
+    if not seconds <= MAX_SPAN.total_seconds():
+        raise ValueError(f"{text!r} is longer than {MAX_SPAN.days} days")
+    return timedelta(seconds=seconds)
 
 
 def parse_moment(text: str) -> datetime:
     """An ISO 8601 date or date-time; without a zone it is UTC. Raises ValueError."""
     moment = datetime.fromisoformat(text.strip())
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-12:00 is past the last representable UTC time
+        raise ValueError(f"{text!r} is out of range") from None
 
 
 def span_option(ctx: click.Context, param: click.Parameter,
@@ -69,7 +82,16 @@ def since_option(ctx: click.Context, param: click.Parameter,
 
 
 def engine_for(obj: dict[str, Any]) -> Engine:
-    """The engine for ``--db``, checked to be migrated (SchemaMissing otherwise)."""
-    engine = db.make_engine(obj["db_url"])
+    """The engine for ``--db``, checked to be migrated (SchemaMissing otherwise).
+
+    A SQLite file that does not exist is an error, not a new empty database: only
+    ``db upgrade`` creates one."""
+    url = db.database_url(obj["db_url"])
+    path = sqlite_file(url)
+    if path is not None and not Path(path).exists():
+        raise click.ClickException(f"the database file {path} does not exist: check --db / "
+                                   "MAILOUT_DATABASE_URL, or create it with `mailout db "
+                                   "upgrade`")
+    engine = db.make_engine(url)
     migrate.require_schema(engine)
     return engine

@@ -17,7 +17,9 @@ The sink is always stopped and the engine disposed, even on error.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import shutil
+import sys
 from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -208,8 +210,21 @@ def _summary(out: Console, engine: Engine, sink: DevSink, result: Enqueued,
     _next_steps(out, db_file, rows)
 
 
+def command_name() -> str:
+    """How to run ``mailout`` again from this shell: ``mailout`` when that is on PATH
+    and is this program, else the path this one was started by (``.venv/bin/mailout``
+    when the venv is not activated), else ``python -m mailout``."""
+    started = Path(sys.argv[0])
+    on_path = shutil.which("mailout")
+    if on_path and started.name == "mailout" and Path(on_path).resolve() == started.resolve():
+        return "mailout"
+    if started.name == "mailout" and started.is_file():
+        return shlex.quote(str(started))
+    return f"{shlex.quote(sys.executable)} -m mailout"
+
+
 def _next_steps(out: Console, db_file: Path, rows: list[admin.MessageRecord]) -> None:
-    base = f"mailout --db sqlite:///{db_file}"
+    base = f"{command_name()} --db sqlite:///{db_file}"
     first = rows[0] if rows else None
     out.print("\nWhat to run next:")
     out.print(f"  {base} status")

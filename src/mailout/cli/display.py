@@ -139,20 +139,28 @@ def print_list(out: Console, rows: list[MessageRecord]) -> None:
     """One line per message; the queue column only when the rows span several queues."""
     queues = len({r.queue for r in rows}) > 1
     columns = ["id", "status", *(["queue"] if queues else []), "template",
-               "recipient", "tries", "created (UTC)"]
-    listing = table(*columns, keep=("id", "tries", "created (UTC)"))
+               "recipient", "tries", "created (UTC)", "due (UTC)"]
+    listing = table(*columns, keep=("id", "tries", "created (UTC)", "due (UTC)"))
     from rich import box
 
     listing.box = box.SIMPLE  # no vertical rules: more room for the addresses
     for r in rows:
-        created = r.created_at.astimezone(UTC).strftime("%m-%d %H:%M:%S") if r.created_at else "-"
+        created = _short(r.created_at)
+        # Due only while it waits: a finished or leased row is not due.
+        due = _short(r.next_attempt_at) if r.status == "pending" else "-"
         status = f"{r.status} ({r.reason})" if r.reason else r.status
         listing.add_row(str(r.id), status, *([r.queue] if queues else []),
-                        r.template or f"\"{r.subject}\"", r.recipient, str(r.attempts), created)
+                        r.template or f"\"{r.subject}\"", r.recipient, str(r.attempts), created,
+                        due)
     if rows:
         out.print(listing)
     else:
         out.print("no messages match")
+
+
+def _short(moment: datetime | None) -> str:
+    """``MM-DD HH:MM:SS`` in UTC, for list columns; ``-`` for none."""
+    return moment.astimezone(UTC).strftime("%m-%d %H:%M:%S") if moment else "-"
 
 
 def print_message(out: Console, msg: MessageRecord, log: list[AttemptRecord],

@@ -28,7 +28,9 @@ from mailout.cli.common import (
     DB_HELP,
     DEFAULT_WINDOW,
     EXIT_TRANSPORT_DOWN,
+    LIMIT,
     PURGE_BATCH,
+    ROW_ID,
     WINDOW_ENV,
 )
 from mailout.db import actions, admin, audit, migrate
@@ -50,6 +52,10 @@ def cli(ctx: click.Context, db_url: str | None, verbose: int) -> None:
     if log_format.lower() not in ("text", "json"):
         raise click.UsageError(f"MAILOUT_LOG_FORMAT must be text or json, got {log_format!r}")
     configure_logging(log_format, level)
+    if db_url is not None and not db_url.strip():
+        raise click.BadParameter("is empty: give a database URL, or leave --db out to use "
+                                 "MAILOUT_DATABASE_URL (default sqlite:///mailout.db)",
+                                 param_hint="--db")
     ctx.obj = {"db_url": db_url}
 
 
@@ -61,10 +67,15 @@ def db_group() -> None:
 @db_group.command("upgrade")
 @click.pass_obj
 def db_upgrade(obj: dict[str, Any]) -> None:
-    """Apply the migrations (idempotent)."""
+    """Apply the migrations (idempotent); say whether anything was applied."""
     engine = db.make_engine(obj["db_url"])
+    before = migrate.current_revision(engine)
     migrate.upgrade(engine)
-    click.echo(f"database at revision {migrate.current_revision(engine)}")
+    after = migrate.current_revision(engine)
+    if before == after:
+        click.echo(f"database already at revision {after}: nothing to apply")
+    else:
+        click.echo(f"migrated from {before or 'an empty database'} to revision {after}")
 
 
 @db_group.command("sql")
@@ -165,16 +176,17 @@ def _process_plan(lanes: list[Lane], processes: int) -> list[str] | None:
 @click.option("--template", help="Template name (a folder under MAILOUT_TEMPLATES).")
 @click.option("--params", help="Template params as a JSON object.")
 @click.option("--locale", help="Template variant, e.g. es-MX (then es, then the default).")
-@click.option("--subject")
-@click.option("--text")
-@click.option("--html")
+@click.option("--subject", help="Subject, without a template (with --text and/or --html).")
+@click.option("--text", help="Plain-text body, without a template.")
+@click.option("--html", help="HTML body, without a template.")
 @click.option("--attach", "attach", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Attach this file (repeatable); its type is guessed from its name.")
 @click.option("--unsubscribe", multiple=True,
               help="List-Unsubscribe: an https URL and/or a mailto: URI.")
 @click.option("--key", help="Idempotency key (default: random, no deduplication).")
-@click.option("--queue", default="default", show_default=True)
+@click.option("--queue", default="default", show_default=True,
+              help="Queue (lane) to send it through, e.g. critical for login codes.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher goes first.")
 @click.option("--send-at", help="ISO 8601 time to send at (no zone means UTC).")
 @click.pass_obj
@@ -259,7 +271,7 @@ def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
 @click.option("--template", help="Only this template.")
 @click.option("--since", callback=common.since_option, metavar="SPAN|ISO",
               help="Created since: 1h, 2d or an ISO date-time.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def list_cmd(obj: dict[str, Any], statuses: str | None, queue: str | None,
@@ -287,6 +299,10 @@ def _statuses(raw: str, hint: str, *, allowed: Any) -> list[str]:
 
 
 def _find(conn: Any, ref: str) -> tuple[admin.MessageRecord, str]:
+    # Ids, keys, Message-IDs and provider ids are all printable ASCII.
+    if not ref.strip() or not all(" " <= ch <= "~" for ch in ref):
+        raise click.BadParameter(f"{ref!r} is not an id, key, Message-ID or provider id "
+                                 "(those are printable ASCII)", param_hint="ID_OR_KEY")
     found = admin.find(conn, ref)
     if found is None:
         raise NotFound(ref)
@@ -370,7 +386,7 @@ def _report(change: admin.Change, verb: str) -> None:
 
 
 @cli.command("retry")
-@click.argument("ids", nargs=-1, type=int)
+@click.argument("ids", nargs=-1, type=ROW_ID)
 @click.option("--status", type=click.Choice(["dead", "failed", "unknown"]),
               help="Requeue every message in this status (after review!).")
 @click.option("--queue", help="With --status: only this queue.")
@@ -407,7 +423,7 @@ def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
 
 
 @cli.command("cancel")
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=ROW_ID, required=True)
 @click.option("--reason", help=REASON_HELP)
 @click.pass_obj
 def cancel_cmd(obj: dict[str, Any], ids: tuple[int, ...], reason: str | None) -> None:

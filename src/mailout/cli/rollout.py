@@ -55,7 +55,7 @@ def resume_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
 
 
 @click.command("resolve")
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=common.ROW_ID, required=True)
 @click.option("--sent", "as_sent", is_flag=True,
               help="The provider confirms delivery: mark the rows sent.")
 @click.option("--retry", "as_retry", is_flag=True,

@@ -273,6 +273,9 @@ def _ago(span: timedelta) -> ColumnElement[Any]:
     return db_now_plus(bindparam("ago", -span.total_seconds(), Float))
 
 
+MAX_ROW_ID = 2**63 - 1  # ids are 64-bit signed integers in every database
+
+
 def find(conn: Connection, ref: str) -> tuple[MessageRecord, str] | None:
     """The row ``ref`` names, and what it matched as: "id", "key", "message_id" or
     "provider_id". Tried in that order; a Message-ID may be given without its <>.
@@ -280,7 +283,8 @@ def find(conn: Connection, ref: str) -> tuple[MessageRecord, str] | None:
     """
     ref = ref.strip()
     candidates: list[tuple[str, ColumnElement[bool]]] = []
-    if ref.isdigit():
+    # ASCII digits only ("²".isdigit() is true), and only ids a row can have.
+    if ref.isascii() and ref.isdigit() and int(ref) <= MAX_ROW_ID:
         candidates.append(("id", messages.c.id == int(ref)))
     bare = ref.strip("<>")
     candidates += [

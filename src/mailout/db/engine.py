@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 
 from mailout.db import dialects
 from mailout.exceptions import ConfigError
@@ -23,13 +23,19 @@ log = logging.getLogger("mailout.db")
 T = TypeVar("T")
 
 
-# Spellings a user may give -> the driver mailout supports for it. PostgreSQL: psycopg 3;
-# MySQL and MariaDB: PyMySQL (the mailout[mysql] extra), under SQLAlchemy's "mysql"
-# dialect for both, so that one set of MySQL statements serves either server.
+# Spellings a user may give -> the driver mailout supports for it. PostgreSQL: psycopg 3,
+# whatever driver the application itself uses; MySQL and MariaDB: PyMySQL (the
+# mailout[mysql] extra), under SQLAlchemy's "mysql" dialect for both, so that one set of
+# MySQL statements serves either server. This table is the one place URLs are mapped.
 _DRIVERS = {
     "postgresql": "postgresql+psycopg",
     "postgres": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+    "postgresql+psycopg2": "postgresql+psycopg",
+    "postgresql+psycopg2cffi": "postgresql+psycopg",
+    "postgresql+psycopg_async": "postgresql+psycopg",
     "postgresql+asyncpg": "postgresql+psycopg",
+    "postgresql+pg8000": "postgresql+psycopg",
     "mysql": "mysql+pymysql",
     "mysql+aiomysql": "mysql+pymysql",
     "mariadb": "mysql+pymysql",
@@ -38,26 +44,36 @@ _DRIVERS = {
 }
 # Drivers that come with an extra, and the extra that installs them.
 _EXTRAS = {"pymysql": "mysql", "aiomysql": "mysql"}
+# The databases mailout has a store for (SQLAlchemy backend names).
+_BACKENDS = ("postgresql", "sqlite", "mysql")
+SETTING = "MAILOUT_DATABASE_URL"
 
 
 def database_url(url: str | None = None) -> str:
     """The URL to use: the argument, else ``MAILOUT_DATABASE_URL``, else a local SQLite file.
 
-    ``postgresql://`` and ``postgres://`` select psycopg 3; ``mysql://`` and
-    ``mariadb://`` select PyMySQL. An async application's URL
+    Every PostgreSQL spelling (``postgres://``, ``postgresql://``,
+    ``postgresql+asyncpg://``, ``+psycopg2://``...) selects psycopg 3; ``mysql://``
+    and ``mariadb://`` select PyMySQL. An async application's URL
     (``postgresql+asyncpg://``, ``mysql+aiomysql://``, ``sqlite+aiosqlite://``) selects
     the same sync driver, so that the worker takes the application's own URL. Raises
-    :class:`ConfigError` for a malformed URL, or (one line, naming the ``pip install``
-    command) when the driver's extra is missing.
+    :class:`ConfigError`, in one line, for what is not a database URL, a database
+    mailout has no store for (``foo://``), or a driver whose extra is missing (naming
+    the ``pip install`` command).
     """
-    raw = url or os.environ.get("MAILOUT_DATABASE_URL") or DEFAULT_URL
+    raw = url if url is not None else os.environ.get(SETTING) or DEFAULT_URL
     scheme, sep, rest = raw.partition("://")
-    if sep and scheme.lower() in _DRIVERS:
-        raw = f"{_DRIVERS[scheme.lower()]}://{rest}"
+    if not sep or not scheme:
+        raise ConfigError(SETTING, f"not a database URL (expected e.g. "
+                          f"postgresql://user@host/db or sqlite:///file.db): {_shown(raw)!r}")
+    raw = f"{_DRIVERS.get(scheme.lower(), scheme)}://{rest}"
     try:
         parsed = make_url(raw)
     except Exception as exc:
-        raise ConfigError("MAILOUT_DATABASE_URL", f"not a database URL: {exc}") from None
+        raise ConfigError(SETTING, f"not a database URL: {type(exc).__name__}") from None
+    if parsed.get_backend_name() not in _BACKENDS:
+        raise ConfigError(SETTING, f"{scheme}:// is not a database mailout supports; use "
+                          "postgresql://..., mysql://... or sqlite:///file.db")
     _require_driver(parsed.get_driver_name())
     return raw
 
@@ -66,8 +82,26 @@ def _require_driver(driver: str) -> None:
     extra = _EXTRAS.get(driver)
     if extra is None or importlib.util.find_spec(driver) is not None:
         return
-    raise ConfigError("MAILOUT_DATABASE_URL",
+    raise ConfigError(SETTING,
                       f"the {driver} driver is not installed: pip install 'mailout[{extra}]'")
+
+
+def _shown(raw: str) -> str:
+    """``raw`` without a password, for an error message."""
+    scheme, sep, rest = raw.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if sep and at and ":" in userinfo:
+        return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    return raw[:200]
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a SQLite URL names; None for other databases and in-memory SQLite."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or \
+            parsed.database == ":memory:" or parsed.database.startswith("file:"):
+        return None
+    return parsed.database
 
 
 def make_engine(url: str | None = None, **kw: Any) -> Engine:
@@ -78,7 +112,15 @@ def make_engine(url: str | None = None, **kw: Any) -> Engine:
     """
     # pre_ping: after a database restart, pooled connections are dead; test before use.
     kw.setdefault("pool_pre_ping", True)
-    engine = create_engine(database_url(url), **kw)
+    checked = database_url(url)
+    try:
+        engine = create_engine(checked, **kw)
+    except (ImportError, NoSuchModuleError) as exc:
+        # The URL's driver is not installed: say which, in one line.
+        missing = getattr(exc, "name", None) or str(exc).split(":")[-1].strip()
+        raise ConfigError(SETTING, f"{checked.partition('://')[0]}:// needs a driver that is "
+                          f"not installed ({missing}); install it, or use postgresql://, "
+                          "mysql:// or sqlite:///") from None
     if dialects.locks_gaps_under_default_isolation(engine) and "isolation_level" not in kw:
         # REPEATABLE READ locks the gaps a claim scans, so a claim would block
         # enqueues and two claims could deadlock; READ COMMITTED locks only the rows

@@ -332,7 +332,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         # StreamRequestHandler.setup applies the class attribute ``timeout`` to the socket.
-        self.connection.settimeout(self.server.connection_timeout)
+        self.request.settimeout(self.server.connection_timeout)
         super().setup()
 
     def do_GET(self) -> None:
