@@ -396,7 +396,9 @@ def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Comp
     return Completion(
         id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.FAILED,
         status=Status.FAILED, started_at=msg.claimed_at, worker=ctx.worker,
-        recipient=msg.recipient, reason="render_error", detail=str(error)[:200],
+        recipient=msg.recipient, reason="render_error",
+        # The error may quote an address: masked as MAILOUT_LOG_RECIPIENTS says.
+        detail=redact_addresses(str(error), ctx.log_recipients)[:200],
     )
 
 
@@ -479,7 +481,7 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
         result = await (resend.transport if resend is not None else ctx.transport).send(envelope)
     except RenderError as exc:
         log.error("render failed id=%s key=%s template=%s: %s", msg.id, msg.key,
-                  msg.template, exc.reason)
+                  msg.template, redact_addresses(exc.reason, ctx.log_recipients))
         return render_failed(msg, ctx, exc)
     except Exception as exc:  # a transport bug: it may have sent, so not "failed"
         log.error("transport crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__)

@@ -32,7 +32,9 @@ _STANDARD_ATTRS = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__
 ) | {"message", "asctime", "taskName"}
 _CORE_KEYS = ("time", "level", "logger", "message")
-_ADDRESS = re.compile(r"([A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+)@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+# Any address-looking run, international ones included (\w is Unicode-aware): a
+# partial match would leave the start of a non-ASCII local part readable.
+_ADDRESS = re.compile(r"([\w.!#$%&'*+/=?^`{|}~-]+)@([\w-]+(?:\.[\w-]+)*\.\w{2,})")
 
 
 class LogFormat(enum.StrEnum):

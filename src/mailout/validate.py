@@ -90,27 +90,41 @@ def bounded(field: str, value: object, limit: int) -> str:
 def address(field: str, value: object) -> str:
     """A bare e-mail address, checked for syntax (no DNS) and normalised.
 
-    The result is exactly email-validator's ``normalized`` form. Plain ASCII
-    addresses (a dot-atom local part at a plain host name, the vast majority) take a
-    fast path that validates each distinct domain once; a test checks it against
-    email-validator over generated addresses. Every error comes from email-validator.
+    The result is email-validator's ``normalized`` form with the domain in its ASCII
+    (IDNA) form, as it is sent without SMTPUTF8; a local part that is not ASCII is
+    refused, as are special-use domains unless ``MAILOUT_ALLOW_SPECIAL_DOMAINS``
+    names them. Plain ASCII addresses (a dot-atom local part at a plain host name,
+    the vast majority) take a fast path that validates each distinct domain once; a
+    test checks it against email-validator over generated addresses.
     """
     raw = text(field, value, header=True, allow_empty=False)
     fast = _plain_address(raw)
     if fast is not None:
         return fast
     try:
-        return validate_email(raw, check_deliverability=False).normalized
+        checked = validate_email(raw, check_deliverability=False)
     except EmailNotValidError as exc:
         reason = str(exc)
         if SPECIAL_USE_REFUSAL not in reason:
             raise InvalidMessage(field, f"not a valid address: {reason}") from None
+    else:
+        return _ascii_form(field, checked.local_part, checked.ascii_domain)
     allowed = _allowed_special_use(raw)
     if allowed is None:
         raise InvalidMessage(field, f"not a valid address: {reason} Special-use domains "
                              f"are refused unless named in {ALLOW_SPECIAL_SETTING} (e.g. "
                              "test,localhost for staging)") from None
     return allowed
+
+
+def _ascii_form(field: str, local: str, ascii_domain: str) -> str:
+    """The address as it goes on the wire without SMTPUTF8: the domain in its ASCII
+    (IDNA) form, ``bücher.example`` and ``xn--bcher-kva.example`` alike. A local
+    part that is not ASCII cannot be sent that way: refused here, not at send time."""
+    if not local.isascii():
+        raise InvalidMessage(field, "the part before the @ is not ASCII; that needs "
+                             "SMTPUTF8, which mailout does not send")
+    return f"{local}@{ascii_domain}"
 
 
 # email-validator's words for a domain under a special-use name (.test, .localhost...).
