@@ -8,12 +8,17 @@ even if the process dies right after the commit.
 Run it from the repository root (it creates ``example-shop.db`` by default)::
 
     python examples/order_app.py
-    python examples/order_app.py --db postgresql://user:pass@localhost/shop
+    python examples/order_app.py --db postgresql+psycopg://user:pass@localhost/shop
 
-Then send what it queued, to any SMTP server (``mailout demo`` shows a local one)::
+Then send what it queued to the local development sink (``mailout dev-sink``)::
 
-    MAIL_FROM="Shop <shop@example.com>" SMTP_HOST=localhost SMTP_PORT=1025 SMTP_TLS=none \\
+    mailout dev-sink --background
+    MAIL_FROM="Shop <shop@example.com>" SMTP_HOST=127.0.0.1 SMTP_PORT=2525 SMTP_TLS=none \\
     MAILOUT_TEMPLATES=examples/templates mailout --db sqlite:///example-shop.db worker --until-idle
+    kill "$(cat sink-mail/dev-sink.pid)"
+
+It uses only the public API: ``mailout.enqueue``, ``mailout.EnqueueSettings``,
+``mailout.upgrade_database`` and ``mailout.count_messages``.
 """
 
 from __future__ import annotations
@@ -22,14 +27,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert
+from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, create_engine, insert
 
-from mailout import db
-from mailout.db import admin, migrate
-from mailout.outbox import EnqueueSettings, enqueue
+import mailout
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-SETTINGS = EnqueueSettings(templates_dir=TEMPLATES, message_id_domain="shop.example.com")
+SETTINGS = mailout.EnqueueSettings(templates_dir=TEMPLATES,
+                                   message_id_domain="shop.example.com")
 
 metadata = MetaData()
 orders = Table(
@@ -54,7 +58,7 @@ def place_order(engine: Engine, customer: str, email: str, items: list[dict[str,
             insert(orders).values(customer=customer, email=email,
                                   total_cents=round(total * 100)).returning(orders.c.id)
         ).scalar_one()
-        result = enqueue(
+        result = mailout.enqueue(
             conn,
             to=email,
             template="order_confirmation",
@@ -75,8 +79,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", default="sqlite:///example-shop.db", help="database URL")
     args = parser.parse_args()
-    engine = db.make_engine(args.db)
-    migrate.upgrade(engine)  # mailout's tables; in a real app, part of your migrations
+    engine = create_engine(args.db)  # the application's own engine
+    mailout.upgrade_database(engine)  # mailout's tables; in a real app, with your migrations
     metadata.create_all(engine)
     place_order(engine, "Alice", "alice@example.com",
                 [{"name": "Espresso beans, 1 kg", "quantity": 1, "price": 29.90}])
@@ -86,8 +90,8 @@ def main() -> None:
     except OutOfStock as exc:
         print(f"{exc} failed (out of stock): rolled back, no order and no email")
     with engine.connect() as conn:
-        report = admin.status(conn)
-    print(f"outbox: {report.totals['pending']} pending, {report.totals['sent']} sent")
+        counts = mailout.count_messages(conn)
+    print(f"outbox: {counts['pending']} pending, {counts['sent']} sent")
     engine.dispose()
 
 

@@ -15,6 +15,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mailout.db.admin import count_messages
+    from mailout.db.migrate import upgrade_database
     from mailout.exceptions import (
         ConfigError,
         IdempotencyConflict,
@@ -42,6 +44,8 @@ _EXPORTS = {
     "mailout.exceptions": ("ConfigError", "IdempotencyConflict", "InvalidMessage",
                            "MailoutError", "NotFound", "RenderError", "SchemaMissing"),
     "mailout.models": ("Attachment", "EnqueueResult", "Mailbox", "Outcome", "Status"),
+    "mailout.db.migrate": ("upgrade_database",),
+    "mailout.db.admin": ("count_messages",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -61,10 +65,12 @@ __all__ = [
     "SchemaMissing",
     "Status",
     "__version__",
+    "count_messages",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "upgrade_database",
 ]
 
 

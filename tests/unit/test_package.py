@@ -36,3 +36,21 @@ def test_no_submodule_shadows_a_public_name() -> None:
         assert not isinstance(now, types.ModuleType), f"mailout.{name} is a module now"
         assert now is value, f"mailout.{name} changed after importing the submodules"
     assert callable(mailout.enqueue)
+
+
+def test_the_example_app_uses_only_the_public_api() -> None:
+    """examples/order_app.py imports ``mailout`` and uses names from ``__all__`` only."""
+    import ast
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[2] / "examples" / "order_app.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            assert not node.module.startswith("mailout"), f"imports {node.module}"
+        if isinstance(node, ast.Import):
+            assert all(a.name == "mailout" or not a.name.startswith("mailout.")
+                       for a in node.names)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "mailout":
+            assert node.attr in mailout.__all__, f"mailout.{node.attr} is not public"

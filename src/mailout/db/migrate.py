@@ -68,6 +68,13 @@ def current_revision_on(conn: Connection) -> str | None:
     return version
 
 
+def upgrade_database(engine: Engine) -> None:
+    """Create or update mailout's tables on ``engine``'s database, as ``mailout db
+    upgrade`` does (``mailout.upgrade_database``). Idempotent; runs in its own
+    transaction. Teams that run their own migrations use ``mailout db sql`` instead."""
+    upgrade(engine)
+
+
 def migration_sql(dialect: str = "postgresql", revision: str = "head") -> str:
     """The migrations as plain SQL for ``dialect``, for teams that run their own."""
     from alembic import command
