@@ -142,3 +142,11 @@ def test_special_use_domains_need_the_setting_and_then_work(
     assert smtp_server.messages[0].rcpt_tos == ("ana@shop.test",)
     bad = {**env, "MAILOUT_ALLOW_SPECIAL_DOMAINS": "com"}
     _one_line_error(mailout("worker", "--until-idle", env={**worker, **bad}, expect=None), 1)
+
+
+def test_check_prints_one_line_per_check(sqlite_url: str, smtp_server: SmtpTestServer) -> None:
+    env = worker_env(sqlite_url, smtp_server)
+    out = mailout("check", env=env).stdout
+    lines = out.strip().splitlines()
+    assert len(lines) == 2, out  # the database and SMTP, each on one line
+    assert lines[1].startswith("ok     SMTP"), out
