@@ -165,7 +165,7 @@ class Message:
 
 def _validated_row(
     msg: Message, settings: EnqueueSettings,
-    templates: dict[tuple[str, str | None], tuple[str, int | None, str | None]] | None = None,
+    templates: dict[tuple[str, str | None], Checked] | None = None,
 ) -> dict[str, Any]:
     """The column values for ``msg``, or InvalidMessage naming the first bad field.
 
@@ -210,10 +210,10 @@ def _validated_row(
             checked = _template(msg.template, row["locale"], settings)
             if templates is not None:
                 templates[(msg.template, row["locale"])] = checked
-        row["template"], row["schema_version"], variant = checked
+        row["template"], row["schema_version"], variant, needed = checked
         row["params"], params_size = validate.params({} if msg.params is None else msg.params)
-        if variant is not None and settings.templates_dir is not None:
-            template_params.missing_params(settings.templates_dir, variant, row["params"])
+        if variant is not None:
+            template_params.check_params(variant, needed, row["params"])
     else:
         if msg.params is not None:
             raise InvalidMessage("params", "params need a template")
@@ -235,14 +235,17 @@ def _validated_row(
     return row
 
 
-def _template(name: str, locale: str | None,
-              settings: EnqueueSettings) -> tuple[str, int | None, str | None]:
-    """The checked template name, its schema and the variant folder it will render
-    from (None without a templates folder to look in); a variant must exist."""
+Checked = tuple[str, int | None, str | None, frozenset[str]]
+
+
+def _template(name: str, locale: str | None, settings: EnqueueSettings) -> Checked:
+    """The checked template name, its schema, the variant folder it will render from
+    and the params that variant needs (None and none without a templates folder to
+    look in); a variant must exist."""
     checked = validate.template_name(name, None)
     folder = settings.templates_dir
     if folder is None:
-        return checked, None, None
+        return checked, None, None, frozenset()
     variant = resolve_variant(folder, checked, locale)
     if variant is None:
         if locale is None or resolve_variant(folder, checked, None) is None:
@@ -251,7 +254,8 @@ def _template(name: str, locale: str | None,
         raise InvalidMessage("locale", f"template {checked!r} has no variant for {locale!r} "
                              f"(looked for {locale}/, its language's folder and the template's "
                              f"own in {folder})")
-    return checked, template_schema(folder, checked), variant
+    return (checked, template_schema(folder, checked), variant,
+            template_params.required_params(folder, variant))
 
 
 def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
@@ -297,7 +301,7 @@ def enqueue_many(
     """
     settings = settings or EnqueueSettings.from_env()
     # A template is looked up on disk once per call, not once per message.
-    templates: dict[tuple[str, str | None], tuple[str, int | None, str | None]] = {}
+    templates: dict[tuple[str, str | None], Checked] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
     inserts.refuse_oversize(connection, rows)

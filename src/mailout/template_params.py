@@ -39,13 +39,12 @@ def required_params(templates_dir: Path, folder: str) -> frozenset[str]:
     render without. Raises InvalidMessage (field ``template``) when one of its
     files, or a template it includes, does not parse or cannot be read."""
     stamps = tuple(_mtime(templates_dir / folder / name) for name in _FILES)
-    return _required(templates_dir.resolve(), folder, stamps)
+    return _required(templates_dir, folder, stamps)
 
 
-def missing_params(templates_dir: Path, folder: str, given: object) -> None:
-    """Raise InvalidMessage (field ``params``) naming each param the variant needs
-    that ``given`` (the params mapping) does not hold."""
-    needed = required_params(templates_dir, folder)
+def check_params(folder: str, needed: frozenset[str], given: object) -> None:
+    """Raise InvalidMessage (field ``params``) naming each of ``needed`` (the
+    variant's :func:`required_params`) that ``given`` (the params mapping) lacks."""
     if not needed:
         return
     keys = given.keys() if isinstance(given, dict) else ()

@@ -11,7 +11,7 @@ import pytest
 
 from mailout.exceptions import InvalidMessage
 from mailout.outbox import DEFAULT_TEMPLATES, EnqueueSettings
-from mailout.template_params import missing_params, required_params
+from mailout.template_params import check_params, required_params
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -49,9 +49,10 @@ def test_the_variant_and_its_includes_and_imports_name_what_they_need(templates:
 def test_a_missing_param_is_invalid_message_naming_it(templates: Path) -> None:
     given = {"order_id": 1, "items": [], "total": "9.99", "support_email": "s@x.example"}
     with pytest.raises(InvalidMessage, match="'currency'") as caught:
-        missing_params(templates, "order", given)
+        check_params("order", required_params(templates, "order"), given)
     assert caught.value.field == "params"
-    missing_params(templates, "order", {**given, "currency": "EUR"})  # complete: no error
+    check_params("order", required_params(templates, "order"),
+                 {**given, "currency": "EUR"})  # complete: no error
 
 
 def test_default_and_is_defined_make_a_param_optional(templates: Path) -> None:
