@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine
 
 from mailout import Attachment
-from mailout.enqueue import enqueue
+from mailout.outbox import enqueue
 from mailout.testing import Outbox
 from mailout.transports.base import Decision
 

@@ -8,7 +8,7 @@ the system checks comparing the two schemas; the ``manage.py mailout`` command; 
 admin pages for messages.
 
 May import: Django, ``mailout.db`` (borrowed connections, schema, operator actions),
-``mailout.enqueue``, ``mailout.compose``, ``mailout.cli`` (the management command
+``mailout.outbox`` (enqueue), ``mailout.compose``, ``mailout.cli`` (the management command
 runs its commands), ``mailout.models`` and ``mailout.exceptions``. Nothing of
 mailout's core imports this package. Names are imported on first use, so that
 Django can import the app before its settings are ready.

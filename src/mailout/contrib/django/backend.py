@@ -26,8 +26,8 @@ from django.core.mail.backends.base import BaseEmailBackend
 
 from mailout.contrib.django.connection import borrowed_connection
 from mailout.contrib.django.convert import to_message
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
 from mailout.exceptions import InvalidMessage
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 
 
 class EmailBackend(BaseEmailBackend):

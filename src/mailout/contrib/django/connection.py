@@ -67,7 +67,7 @@ def enqueue(*, using: str = "default", **kwargs: Any) -> EnqueueResult:
 
     Inside ``transaction.atomic()`` the row commits or rolls back with the block.
     """
-    from mailout.enqueue import enqueue as enqueue_on
+    from mailout.outbox import enqueue as enqueue_on
 
     with borrowed_connection(using) as conn:
         return enqueue_on(conn, **kwargs)

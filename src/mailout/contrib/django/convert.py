@@ -1,4 +1,4 @@
-"""Django ``EmailMessage`` -> mailout :class:`~mailout.enqueue.Message`. Pure: no I/O.
+"""Django ``EmailMessage`` -> mailout :class:`~mailout.outbox.Message`. Pure: no I/O.
 
 Everything Django's SMTP backend would send is carried over: to, cc, bcc, reply_to,
 the sender, extra headers, attachments (tuples or MIME parts, inline parts with a
@@ -13,9 +13,9 @@ from __future__ import annotations
 from email.mime.base import MIMEBase
 from typing import Any, Final
 
-from mailout.enqueue import Message
 from mailout.exceptions import InvalidMessage
 from mailout.models import Attachment
+from mailout.outbox import Message
 
 KEY_HEADER: Final = "X-Mailout-Key"  # the idempotency key; not sent
 QUEUE_HEADER: Final = "X-Mailout-Queue"  # the queue (default: the backend's); not sent
