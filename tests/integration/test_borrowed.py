@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 
 from mailout.db.borrowed import borrow
 from mailout.db.schema import messages
-from mailout.enqueue import enqueue
+from mailout.outbox import enqueue
 
 # The DB-API connections this file opens as "the application" are sqlite3 and psycopg.
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
