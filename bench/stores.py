@@ -48,7 +48,7 @@ from bench.common import (
 from mailout import db
 from mailout.db import leasing, migrate
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
 
 CHUNK = 1_000
 CLAIM_REPS = 30

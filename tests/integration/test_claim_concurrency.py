@@ -10,7 +10,7 @@ from sqlalchemy import Connection, select, update
 from mailout import db
 from mailout.db import leasing
 from mailout.db.schema import messages
-from mailout.enqueue import EnqueueSettings, Message, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, enqueue_many
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 CLAIMERS = 8

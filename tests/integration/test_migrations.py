@@ -105,7 +105,7 @@ def test_mysql_tables_compare_exactly_whatever_the_database_default(
     """The test database has the server's case-insensitive default collation; the
     migrated tables bring their own binary one, so keys differing in case are two."""
     from mailout import db
-    from mailout.enqueue import EnqueueSettings, enqueue
+    from mailout.outbox import EnqueueSettings, enqueue
 
     engine = db.make_engine(mysql_url)
     settings = EnqueueSettings(message_id_domain="test.example.com")
