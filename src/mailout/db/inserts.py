@@ -205,6 +205,24 @@ def _insert_statement(conn: Connection) -> Any:
     return _STATEMENTS[name]
 
 
+def _insert_many_plain(conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
+    """A batch as one multi-row INSERT: the driver (PyMySQL) folds an executemany into
+    one statement only when every value is a plain placeholder, so the times are
+    worked out here from one read of the database clock, the same for the batch
+    (ids still give the order)."""
+    now = conn.execute(select(db_now())).scalar_one()
+    rows = []
+    for p in params:
+        row = {c: p[c] for c in _LITERAL_COLUMNS}
+        row["status"] = Status.PENDING.value
+        row["created_at"] = now
+        row["next_attempt_at"] = p["send_at"] or now
+        row["expires_at"] = p["expires_at"] or now + timedelta(seconds=p["expires_in"])
+        rows.append(row)
+    stmt = dialects.insert_ignoring_duplicates(conn, messages, ["idempotency_key"])
+    conn.execute(stmt, rows)
+
+
 def _insert_then_lock(conn: Connection, params: Sequence[Mapping[str, Any]],
                       first: Mapping[str, Mapping[str, Any]],
                       found: dict[str, Stored]) -> None:
@@ -213,7 +231,10 @@ def _insert_then_lock(conn: Connection, params: Sequence[Mapping[str, Any]],
     (a plain read under REPEATABLE READ could miss one committed by a racing
     transaction). The insert already holds those rows' locks, so it does not wait.
     A row is ours when it carries the Message-ID this call generated."""
-    conn.execute(_insert_statement(conn), params[0] if len(params) == 1 else list(params))
+    if len(params) == 1:
+        conn.execute(_insert_statement(conn), params[0])
+    else:
+        _insert_many_plain(conn, params)
     cols = [messages.c.id, messages.c.idempotency_key, messages.c.message_id]
     cols += [messages.c[c] for c in CONTENT_COLUMNS]
     rows = conn.execute(select(*cols).where(messages.c.idempotency_key.in_(list(first)))
