@@ -56,11 +56,17 @@ from mailout.timeutil import aware
 
 
 def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
-             exclude_templates: Sequence[str] = ()) -> list[ColumnElement[bool]]:
-    """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates."""
+             exclude_templates: Sequence[str] = (),
+             queue_indexed: bool = True) -> list[ColumnElement[bool]]:
+    """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates.
+
+    ``queue_indexed=False`` compares ``queue || ''`` instead, the same values, which no
+    index on ``queue`` matches (see _due_cte).
+    """
     out: list[ColumnElement[bool]] = []
     if queues:
-        out.append(messages.c.queue.in_(list(queues)))
+        queue = messages.c.queue if queue_indexed else messages.c.queue.concat("")
+        out.append(queue.in_(list(queues)))
     if exclude:
         out.append(messages.c.queue.not_in(list(exclude)))
     if exclude_templates:
@@ -78,7 +84,8 @@ def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     return and_(due, *_filters(queues, exclude, exclude_templates))
 
 
-def _due_cte(limit: Any, filters: list[ColumnElement[bool]]) -> Any:
+def _due_cte(limit: Any, filters: list[ColumnElement[bool]],
+             expired_filters: list[ColumnElement[bool]]) -> Any:
     """PostgreSQL's due rows: expired leases first, then pending rows in index order.
 
     Two branches, each an index scan that stops at ``limit`` (the partial indexes
@@ -87,6 +94,12 @@ def _due_cte(limit: Any, filters: list[ColumnElement[bool]]) -> Any:
     or a large backlog. statement_timestamp() is stable within the statement, which
     lets the planner use it as an index condition. MATERIALIZED: the planner must not
     inline the CTE and lock more rows than LIMIT.
+
+    The expired branch gets ``expired_filters``: the lane's queue filter written so
+    that no index on ``queue`` can serve it. Otherwise the planner ANDs the bitmap of
+    every row of the queue (its whole history) with the leased rows', a cost that
+    grows with the table (30 ms a claim at 50,000 rows); the leased index alone holds
+    only the rows being sent.
     """
     now = func.statement_timestamp()
     cols = (messages.c.id, messages.c.status.label("prev_status"),
@@ -94,7 +107,7 @@ def _due_cte(limit: Any, filters: list[ColumnElement[bool]]) -> Any:
             messages.c.last_attempt_at.label("prev_started"),
             messages.c.lease_transport.label("prev_transport"))
     expired = (select(*cols).where(messages.c.status == Status.SENDING.value,
-                                   messages.c.lease_expires_at <= now, *filters)
+                                   messages.c.lease_expires_at <= now, *expired_filters)
                .order_by(messages.c.lease_expires_at).limit(limit)
                .with_for_update(skip_locked=True).subquery("expired"))
     pending = (select(*cols).where(messages.c.status == Status.PENDING.value,
@@ -254,9 +267,11 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
               exclude_templates: tuple[str, ...], expired_only: bool = False) -> Any:
     """The PostgreSQL claim for one lane's filters, built once: building the
     statement cost more CPU than running it."""
+    extra = _expired_filter(expired_only)
     due = _due_cte(bindparam("limit", type_=Integer),
-                   [*_filters(queues, exclude, exclude_templates),
-                    *_expired_filter(expired_only)])
+                   [*_filters(queues, exclude, exclude_templates), *extra],
+                   [*_filters(queues, exclude, exclude_templates, queue_indexed=False),
+                    *extra])
     return (
         update(messages)
         .where(messages.c.id == due.c.id)

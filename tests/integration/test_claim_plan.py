@@ -1,0 +1,80 @@
+"""The claim's plan on PostgreSQL: a lane's claim must not read its queue's history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event, text
+
+from mailout import db
+from mailout.db import leasing
+from tests.integration.test_store import add
+
+
+def _claim_plan(url: str, queues: tuple[str, ...]) -> str:
+    """EXPLAIN of the claim statement exactly as leasing.claim sends it (rolled back)."""
+    engine = db.make_engine(url)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_c: Any, _cur: Any, statement: str, parameters: Any, _ctx: Any,
+                _many: bool) -> None:
+        if statement.lstrip().upper().startswith("WITH") and not seen:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        with engine.connect() as conn:
+            leasing.claim(conn, owner="plan", limit=16, lease_seconds=60, queues=queues)
+            statement, parameters = seen[0]
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            with raw.cursor() as cur:
+                cur.execute("EXPLAIN (COSTS OFF) " + statement, parameters)
+                plan = "\n".join(r[0] for r in cur.fetchall())
+            conn.rollback()
+    finally:
+        engine.dispose()
+    return plan
+
+
+def test_a_lane_claim_reads_leased_rows_not_its_queue_history(pg_url: str) -> None:
+    engine = db.make_engine(pg_url)
+    add(engine, 300, queue="bulk")
+    with engine.begin() as conn:
+        # Most of the queue is history; statistics as autovacuum would leave them.
+        conn.execute(text("UPDATE mailout_messages SET status = 'sent' WHERE id % 10 <> 0"))
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(text("ANALYZE mailout_messages"))
+    engine.dispose()
+    plan = _claim_plan(pg_url, ("bulk",))
+    expired = plan.split("Subquery Scan on pending")[0]
+    assert "ix_mailout_messages_queue_id" not in expired, plan
+    assert "(queue)::text || ''::text" in expired, plan  # the filter is still applied
+    claimed_queues = {m.queue for m in _claimed(pg_url, ("bulk",))}
+    assert claimed_queues == {"bulk"}
+
+
+def _claimed(url: str, queues: tuple[str, ...]) -> list[leasing.ClaimedMessage]:
+    engine = db.make_engine(url)
+    try:
+        with engine.begin() as conn:
+            return leasing.claim(conn, owner="plan", limit=50, lease_seconds=60, queues=queues)
+    finally:
+        engine.dispose()
+
+
+def test_a_lane_reclaims_expired_leases_of_its_own_queues_only(pg_url: str) -> None:
+    engine = db.make_engine(pg_url)
+    bulk = add(engine, 3, queue="bulk")
+    other = add(engine, 3, queue="other")
+    with engine.begin() as conn:
+        conn.execute(text(
+            "UPDATE mailout_messages SET status = 'sending', lease_owner = 'gone', "
+            "lease_token = 't', lease_expires_at = now() - interval '1 minute', "
+            "last_attempt_at = now() - interval '2 minutes', attempts = 1"))
+    engine.dispose()
+    got = _claimed(pg_url, ("bulk",))
+    assert sorted(m.id for m in got) == sorted(bulk)
+    assert all(m.reclaimed for m in got)
+    assert not {m.id for m in got} & set(other)
