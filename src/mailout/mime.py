@@ -64,20 +64,27 @@ def raw(name: str, value: str) -> str:
     return f"{name}: {value}{CRLF}"
 
 
-def _plain_tokens(name: str, value: str) -> list[str] | None:
-    """The fold tokens of ``value`` if it can go out as it is, else None."""
+def _plain(value: str) -> bool:
+    """Whether ``value`` can go out as it is (folded, but not encoded)."""
     # "=?" would be read back as the start of an RFC 2047 encoded-word, and
     # leading whitespace is dropped by parsers as part of the field separator.
-    if not (value.isascii() and value.isprintable()) or "=?" in value or value[:1] == " ":
+    return value.isascii() and value.isprintable() and "=?" not in value and value[:1] != " "
+
+
+def _plain_tokens(name: str, value: str) -> list[str] | None:
+    """The fold tokens of ``value`` if it can go out as it is, else None."""
+    if not _plain(value):
         return None
     tokens = _TOKEN.findall(value)
     # A line may hold a whole token past the fold point: keep it under 998.
-    longest = max((len(t) for t in tokens), default=0)
+    longest = max(map(len, tokens), default=0)
     return tokens if len(name) + 2 + FOLD_AT + longest <= MAX_LINE else None
 
 
 def unstructured(name: str, value: str) -> str:
     """An unstructured header, folded, ending in CRLF, that decodes back to ``value``."""
+    if len(name) + 2 + len(value) <= FOLD_AT and _plain(value):
+        return f"{name}: {value}{CRLF}"  # one line: what folding would give, sooner
     tokens = _plain_tokens(name, value)
     if tokens is not None:
         return _fold_plain(name, tokens)

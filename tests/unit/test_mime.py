@@ -361,3 +361,14 @@ def test_template_sized_body_wire_bytes_are_pinned() -> None:
         b"Line of text. Line of text. Line of text. Line of text. Line of text. Line =\r\n"
         b"of text. Line of text. Line of text. Line of text. Line of text. Line of te=\r\n"
         b"xt. Line of text.=20\r\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.text(st.sampled_from("ab =?\t-é"), max_size=90))
+def test_a_header_that_fits_one_line_is_what_folding_would_write(value: str) -> None:
+    # The one-line shortcut must give the folding rules' bytes exactly.
+    tokens = mime._plain_tokens("Subject", value)
+    folded = mime.unstructured("Subject", value)
+    if tokens is not None:
+        assert folded == mime._fold_plain("Subject", tokens)
+    assert folded.endswith("\r\n")
