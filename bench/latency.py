@@ -130,8 +130,8 @@ def busy_run(engine: Engine, n: int, critical: int, tag: str,
              rng: random.Random) -> tuple[list[float], list[float], float, int]:
     """One run of phase 2: (critical latencies and commit-to-claim times in ms, bulk
     msg/s meanwhile, bulk rows still pending when the last critical was committed)."""
+    before = count(engine, "bulk")  # before the fill: the pause takes up to 2 s to apply
     fill_bulk(engine, n, tag)
-    before = count(engine, "bulk")
     release_bulk(engine)
     time.sleep(2.5)  # let the drain reach full speed
     start_count = count(engine, "bulk")
@@ -164,6 +164,7 @@ def main() -> None:
             runs = []
             for run in range(args.runs):
                 runs.append(busy_run(engine, args.n, args.critical, f"busy{run}", rng))
+                print(summary(f"run {run + 1}, while bulk drains", runs[-1][0]), flush=True)
                 load.append(os.getloadavg()[0])
             idle, _ = latencies(engine, send_critical(engine, args.critical, "idle", rng))
         finally:
