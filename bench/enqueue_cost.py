@@ -79,7 +79,7 @@ def _outbox(conn: Connection, kind: str, n: int) -> None:
 
 def _transaction(engine: Engine, kind: str, n: int) -> None:
     with engine.begin() as conn:
-        conn.execute(insert(orders).values(id=n, customer=f"c{n}", total_cents=n))
+        conn.execute(insert(orders).values(id=n, customer=f"c{n}", total_cents=n % 100_000))
         _outbox(conn, kind, n)
 
 
