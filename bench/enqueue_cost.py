@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import statistics
 import time
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -100,14 +101,15 @@ def single(url: str, total: int, block: int, warmup: int = 200) -> dict[str, lis
     return times
 
 
-def _client(url: str, kind: str, first: int, seconds: float, start: float,
-            done: multiprocessing.Queue[int]) -> None:
+def _client(url: str, kind: str, first: int, seconds: float, ready: Any, go: Any,
+            done: Any) -> None:
     engine = db.make_engine(url)
-    _transaction(engine, KINDS[0], first)  # connect before the clock starts
-    while time.time() < start:
-        time.sleep(0.001)
+    _transaction(engine, KINDS[0], first)  # connect (and import) before the clock starts
+    ready.put(1)
+    go.wait()
     n = first + 1
-    while time.time() < start + seconds:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
         _transaction(engine, kind, n)
         n += 1
     engine.dispose()
@@ -116,20 +118,23 @@ def _client(url: str, kind: str, first: int, seconds: float, start: float,
 
 def concurrent(url: str, clients: int, seconds: float, rounds: int,
                base: int) -> dict[str, list[float]]:
-    """Transactions per second over ``clients`` processes, per kind, one per round."""
+    """Transactions per second over ``clients`` processes, per kind, one per round.
+    Every client starts together, once all have connected, and runs ``seconds``."""
     rates: dict[str, list[float]] = {k: [] for k in KINDS[1:]}
     ctx = multiprocessing.get_context("spawn")
     for r in range(rounds):
         for i, kind in enumerate(KINDS[1:]):
-            done: multiprocessing.Queue[int] = ctx.Queue()
-            start = time.time() + 3.0  # spawned interpreters import mailout first
+            ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
             offset = base + (r * len(KINDS) + i) * clients * 10_000_000
             procs = [ctx.Process(target=_client, args=(url, kind, offset + c * 10_000_000,
-                                                       seconds, start, done))
+                                                       seconds, ready, go, done))
                      for c in range(clients)]
             for p in procs:
                 p.start()
-            total = sum(done.get(timeout=seconds + 120) for _ in procs)
+            for _ in procs:
+                ready.get(timeout=300)
+            go.set()
+            total = sum(done.get(timeout=seconds + 300) for _ in procs)
             for p in procs:
                 p.join(30)
             rates[kind].append(total / seconds)
