@@ -159,3 +159,22 @@ def test_an_attachment_over_the_servers_packet_limit_is_refused_not_dropped(
     assert count(engine, messages) == 1
     assert count(engine, attachments) == 1
     engine.dispose()
+
+
+def test_a_body_over_the_servers_packet_limit_is_refused_as_sent(mysql_url: str) -> None:
+    """The size that counts is the statement's: quotes go escaped, two bytes each."""
+    from mailout import db
+
+    engine = db.make_engine(mysql_url)
+    with engine.connect() as conn:
+        packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+    quotes = "'" * (packet // 2 + 1)  # fits the packet as text, not once escaped
+    roomy = EnqueueSettings(message_id_domain="test.example.com",
+                            max_message_bytes=packet * 4)
+    with engine.begin() as conn:
+        with pytest.raises(InvalidMessage, match="max_allowed_packet") as err:
+            enqueue(conn, to="a@example.com", subject="Quotes", text=quotes, key="q",
+                    settings=roomy)
+        assert err.value.field == "text"
+    assert count(engine, messages) == 0
+    engine.dispose()
