@@ -91,5 +91,6 @@ if _MYSQL:
         "PASSWORD": _my.password or "",
         "HOST": _my.host or "127.0.0.1",
         "PORT": str(_my.port or 3306),
+        "ATOMIC_REQUESTS": True,
         "TEST": {"NAME": f"test_mailout_django_{_RUN}"},
     }

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, select
 from mailout.db import borrowed
 from mailout.db.schema import attachments, message_attachments, messages
 from tests.djangoproject.shop.models import Order
-from tests.support.django_fixtures import DATABASES, MARIADB, count_messages, count_orders
+from tests.support.django_fixtures import DATABASES, count_messages, count_orders
 
 pytestmark = pytest.mark.django_db(databases=list(DATABASES), transaction=True)
 
@@ -200,19 +200,3 @@ def test_borrowing_leaves_djangos_connection_as_django_made_it(
     assert connection.get_autocommit()
     assert not connection.in_atomic_block
 
-
-@pytest.mark.skipif(not MARIADB, reason="MAILOUT_TEST_MYSQL_URL is not set: no MariaDB")
-@pytest.mark.django_db(databases=list(MARIADB), transaction=True)
-def test_on_mariadb_the_backend_refuses_by_name(settings: object) -> None:
-    """Django on MariaDB (mysqlclient): migrate leaves it alone, the backend refuses
-    with a ConfigError that names the database, and nothing is half-done."""
-    from django.core.management import CommandError, call_command
-
-    from mailout import ConfigError
-
-    settings.EMAIL_BACKEND = "mailout.contrib.django.EmailBackend"  # type: ignore[attr-defined]
-    settings.MAILOUT_DATABASE = "mariadb"  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match="no MariaDB store yet"):
-        send_mail("Hi", "x", None, ["m@example.com"])
-    with pytest.raises(CommandError, match="no MariaDB store yet"):
-        call_command("mailout", "status")

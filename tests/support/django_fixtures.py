@@ -19,9 +19,9 @@ from mailout.db.schema import messages, metadata
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
 
-DATABASES = ("default", "postgres")  # SQLite and PostgreSQL
-# MariaDB, configured when MAILOUT_TEST_MYSQL_URL is set: mailout has no store there yet.
+# SQLite and PostgreSQL, and MariaDB when MAILOUT_TEST_MYSQL_URL names a server.
 MARIADB = ("mariadb",) if os.environ.get("MAILOUT_TEST_MYSQL_URL") else ()
+DATABASES = ("default", "postgres", *MARIADB)
 BACKEND = "mailout.contrib.django.EmailBackend"
 
 
@@ -107,6 +107,9 @@ def manage_py(*args: str, pg_server_url: str, server: SmtpTestServer,
     # suffix per xdist worker).
     env.update(MAILOUT_DJANGO_SQLITE_NAME=settings.DATABASES["default"]["NAME"],
                MAILOUT_DJANGO_POSTGRES_NAME=settings.DATABASES["postgres"]["NAME"],
+               **({"MAILOUT_DJANGO_MARIADB_NAME": settings.DATABASES["mariadb"]["NAME"],
+                   "MAILOUT_TEST_MYSQL_URL": os.environ["MAILOUT_TEST_MYSQL_URL"]}
+                  if MARIADB else {}),
                MAILOUT_TEST_POSTGRES_URL=pg_server_url,
                DJANGO_SETTINGS_MODULE="tests.djangoproject.settings")
     return subprocess.run([sys.executable, "-m", "tests.djangoproject.manage", *args],

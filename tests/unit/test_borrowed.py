@@ -21,14 +21,18 @@ def _connection_of(module: str) -> object:
     return type("Connection", (), {"__module__": module})()
 
 
-@pytest.mark.parametrize(("module", "named"), [("MySQLdb.connections", "MySQL"),
-                                               ("pymysql.connections", "MySQL"),
-                                               ("mariadb", "MariaDB")])
-def test_a_database_without_a_mailout_store_is_refused_by_name(module: str, named: str) -> None:
-    with pytest.raises(ConfigError, match=f"no {named} store yet"):
-        driver_of(_connection_of(module))
+@pytest.mark.parametrize(("module", "driver"), [("MySQLdb.connections", "mysql+mysqldb"),
+                                                ("pymysql.connections", "mysql+pymysql")])
+def test_mysql_connections_are_borrowed_through_their_own_driver(module: str,
+                                                                 driver: str) -> None:
+    assert driver_of(_connection_of(module)) == driver
+
+
+def test_a_database_without_a_mailout_store_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="no Oracle store yet"):
+        driver_of(_connection_of("oracledb.connection"))
 
 
 def test_an_unknown_driver_is_refused_with_the_supported_ones() -> None:
-    with pytest.raises(ConfigError, match=r"psycopg 3 .* and sqlite3"):
+    with pytest.raises(ConfigError, match=r"psycopg 3 .*, sqlite3, mysqlclient and PyMySQL"):
         driver_of(_connection_of("psycopg2.extensions"))

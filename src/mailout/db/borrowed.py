@@ -18,8 +18,10 @@ the owner's transaction. Values the owner's driver returns in its own way are re
 back as mailout expects: Django makes psycopg return ``jsonb`` as text and makes
 ``sqlite3`` return timestamps as ``datetime``.
 
-Supported drivers: psycopg 3 and sqlite3. Any other (MySQL, psycopg2...) raises
-:class:`~mailout.exceptions.ConfigError` naming it: mailout has no store for it yet.
+Supported drivers: psycopg 3, sqlite3, and mysqlclient or PyMySQL (MySQL, MariaDB).
+Any other (psycopg2, Oracle...) raises :class:`~mailout.exceptions.ConfigError` naming
+it. A borrowed MySQL connection keeps its owner's session: Django's is READ COMMITTED
+already, and mailout's MySQL statements take times from ``UTC_TIMESTAMP()``.
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ from mailout.exceptions import ConfigError
 DRIVERS: Final = {
     "psycopg": "postgresql+psycopg",
     "sqlite3": "sqlite+pysqlite",
+    "MySQLdb": "mysql+mysqldb",  # mysqlclient, Django's MySQL driver
+    "pymysql": "mysql+pymysql",
 }
 # Drivers of databases mailout has no store for yet: a clear refusal, not a crash later.
-_NO_STORE: Final = {"MySQLdb": "MySQL", "pymysql": "MySQL", "mysql": "MySQL",
-                    "mariadb": "MariaDB", "oracledb": "Oracle", "cx_Oracle": "Oracle"}
+_NO_STORE: Final = {"oracledb": "Oracle", "cx_Oracle": "Oracle"}
 
 _LENT: ContextVar[Any] = ContextVar("mailout_borrowed_connection")
 
@@ -66,7 +69,8 @@ def driver_of(dbapi_connection: Any) -> str:
         raise ConfigError("DATABASES", f"mailout has no {database} store yet: the outbox "
                           "lives on PostgreSQL or SQLite (see README, Django)")
     raise ConfigError("DATABASES", f"mailout cannot write through the {module!r} driver; "
-                      f"supported: psycopg 3 (PostgreSQL) and sqlite3")
+                      "supported: psycopg 3 (PostgreSQL), sqlite3, mysqlclient and PyMySQL "
+                      "(MySQL, MariaDB)")
 
 
 @contextmanager

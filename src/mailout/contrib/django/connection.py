@@ -26,7 +26,7 @@ from mailout.models import EnqueueResult
 _DJANGO_ONLY_OPTIONS = frozenset({"isolation_level", "server_side_binding", "pool",
                                   "assume_role", "cursor_factory", "context"})
 # Django's vendor names of the databases mailout keeps an outbox on.
-SUPPORTED_VENDORS = ("postgresql", "sqlite")
+SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 
 
 @contextmanager
@@ -88,12 +88,16 @@ def database_url(using: str = "default") -> str:
             raise ConfigError("DATABASES", f"{using!r} is an in-memory SQLite database: "
                               "a worker in another process cannot reach it")
         return f"sqlite:///{name}"
-    if wrapper.vendor != "postgresql":
+    if wrapper.vendor not in SUPPORTED_VENDORS:
         raise ConfigError("DATABASES", f"{using!r} is {wrapper.display_name}: mailout has no "
                           f"{wrapper.display_name} store yet")
+    # PostgreSQL: libpq parameters (sslmode...) ride along; MySQL's OPTIONS are
+    # mysqlclient's (init_command, charset), not URL parameters of PyMySQL.
     options = {k: str(v) for k, v in (conf.get("OPTIONS") or {}).items()
-               if k not in _DJANGO_ONLY_OPTIONS and isinstance(v, str | int)}
-    url = URL.create("postgresql+psycopg", username=conf.get("USER") or None,
+               if k not in _DJANGO_ONLY_OPTIONS and isinstance(v, str | int)
+               and wrapper.vendor == "postgresql"}
+    driver = "postgresql+psycopg" if wrapper.vendor == "postgresql" else "mysql+pymysql"
+    url = URL.create(driver, username=conf.get("USER") or None,
                      password=conf.get("PASSWORD") or None, host=conf.get("HOST") or None,
                      port=int(conf["PORT"]) if conf.get("PORT") else None,
                      database=conf.get("NAME") or None, query=options)
