@@ -127,7 +127,12 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
     if processes > 1 or plan is not None:
         from mailout.worker.supervisor import supervise
 
-        args = [*(["--db", obj["db_url"]] if obj["db_url"] else []), "worker"]
+        # The database URL reaches the children in their environment, never on their
+        # command line: it may hold a password, and any local user can read a command
+        # line (ps), while /proc/PID/environ is readable only by the same user.
+        child_env = ({**os.environ, "MAILOUT_DATABASE_URL": obj["db_url"]}
+                     if obj["db_url"] else None)
+        args = ["worker"]
         args += [f"--queues={queues}"] if queues else []
         args += [f"--concurrency={concurrency}"] if concurrency else []
         args += [f"--lanes={lanes}"] if lanes and plan is None else []
@@ -141,7 +146,7 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
             return own + ([f"--metrics-port={port + i}"] if port else [])
         children = processes if plan is None else len(plan)
         raise click.exceptions.Exit(supervise(children, args, until_idle=until_idle,
-                                              per_child=per_child))
+                                              per_child=per_child, env=child_env))
     if log_format:
         configure_logging(log_format, logging.getLogger().level)
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))

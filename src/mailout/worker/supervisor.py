@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
 from mailout.policy import Lane
@@ -49,18 +49,20 @@ def process_plan(lanes: Sequence[Lane], processes: int) -> list[str] | None:
 
 
 def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool,
-              per_child: Callable[[int], Sequence[str]] | None = None) -> int:
+              per_child: Callable[[int], Sequence[str]] | None = None,
+              env: Mapping[str, str] | None = None) -> int:
     """Run ``processes`` children ``python -m mailout <child_args>``; return an exit code.
 
     ``per_child(i)`` adds arguments for child ``i`` (its own metrics port), also when
-    that child is restarted.
+    that child is restarted. ``env`` is the children's environment (default: ours);
+    secrets such as the database URL go there, not into ``child_args``.
     """
     command = [sys.executable, "-m", "mailout", *child_args]
 
     def start(i: int) -> subprocess.Popen[bytes]:
         extra = list(per_child(i)) if per_child else []
         # Our own interpreter and our own command line's arguments: no outside input.
-        return subprocess.Popen([*command, *extra])  # noqa: S603
+        return subprocess.Popen([*command, *extra], env=env)  # noqa: S603
 
     children = [start(i) for i in range(processes)]
     stopping = False
