@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine, Float, bindparam, update
 
 from mailout import db
-from mailout.db import admin, migrate
+from mailout.db import admin
 from mailout.db.schema import db_now_plus, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.fixtures import AUTH_USER
@@ -55,15 +55,6 @@ def mailout(*args: str, env: dict[str, str] | None = None, expect: int | None = 
 
 def mailout_json(*args: str, env: dict[str, str] | None = None) -> Any:
     return json.loads(mailout(*args, "--json", env=env).stdout)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'outbox.db'}"
-    engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def free_port() -> int:

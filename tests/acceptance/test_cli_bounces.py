@@ -13,7 +13,6 @@ from mailout import db
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.acceptance.test_cli import MAILOUT, clean_env, mailout
-from tests.acceptance.test_cli import sqlite_url as sqlite_url  # a fixture
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "dsn"
 

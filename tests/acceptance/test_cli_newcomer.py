@@ -12,22 +12,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from mailout import db
-from mailout.db import migrate
 from tests.acceptance.test_cli import MAILOUT, clean_env, mailout
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'outbox.db'}"
-    engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:

@@ -9,13 +9,10 @@ sequences, and `--json` keeps them exact.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
 from sqlalchemy import update
 
 from mailout import db
-from mailout.db import migrate
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.outcome import Stage
@@ -28,15 +25,6 @@ ESC = "\x1b"
 HOSTILE_REPLY = (f"5.1.1 no {ESC}]0;pwned{ESC}\\ such {ESC}]8;;https://evil.example/{ESC}\\"
                  f"user{ESC}]8;;{ESC}\\ {ESC}[31mred")
 SETTINGS = EnqueueSettings(message_id_domain="example.com")
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'outbox.db'}"
-    engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def _no_live_sequences(out: str) -> None:

@@ -5,13 +5,11 @@ one never shows the full address in the log or the attempts table."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select, update
 
 from mailout import db
-from mailout.db import migrate
 from mailout.db.schema import attempts, messages
 from mailout.exceptions import InvalidMessage
 from mailout.outbox import EnqueueSettings, enqueue
@@ -19,15 +17,6 @@ from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for
 
 SETTINGS = EnqueueSettings(message_id_domain="example.com")
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'idn.db'}"
-    engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def test_an_idna_domain_is_sent_in_ascii(sqlite_url: str, smtp_server: SmtpTestServer) -> None:

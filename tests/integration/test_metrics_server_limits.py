@@ -12,11 +12,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from sqlalchemy import select
 
 from mailout import db
-from mailout.db import migrate
 from mailout.db.schema import messages
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.outbox import EnqueueSettings, enqueue
@@ -26,15 +24,6 @@ from tests.support.workers import settings_for, worker_env
 
 IDLE_SOCKETS = 300
 FD_LIMIT = 160  # well under IDLE_SOCKETS: one thread and descriptor each would run out
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'metrics.db'}"
-    engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def _free_port() -> int:

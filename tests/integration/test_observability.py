@@ -261,18 +261,6 @@ def _assert_private(logged: str) -> None:
     assert "a***@example.com" in logged  # the masked form is what shows
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    from mailout import db
-    from mailout.db import migrate
-
-    url = f"sqlite:///{tmp_path / 'obs.db'}"
-    engine = db.make_engine(url)
-    migrate.upgrade(engine)
-    engine.dispose()
-    return url
-
-
 def test_readyz_goes_unready_on_rejected_credentials_and_logs_no_secrets(
     sqlite_url: str, auth_smtp_server: SmtpTestServer, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,

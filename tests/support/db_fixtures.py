@@ -80,6 +80,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A migrated SQLite file (``outbox.db`` in the test's tmp dir), for tests of one
+    process's behaviour that need no server."""
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    engine = db.make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
 def pg_url(request: pytest.FixtureRequest) -> str:
     """A migrated, empty PostgreSQL database URL, for PostgreSQL-only tests."""
     url: str = request.getfixturevalue("pg_database_url")
