@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import compose, template_params, validate
+from mailout import compose, envparse, template_params, validate
 from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
-from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage
+from mailout.exceptions import IdempotencyConflict, InvalidMessage
 from mailout.models import Attachment, EnqueueResult, Mailbox
 from mailout.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.policy import QueuePolicy, RetryPolicy, parse_queue_policies
@@ -73,40 +73,26 @@ class EnqueueSettings:
         return cls(
             templates_dir=Path(templates) if templates else None,
             message_id_domain=domain or None,
-            max_message_bytes=_positive_int(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
-            max_attachment_bytes=_positive_int(env, "MAILOUT_MAX_ATTACHMENT_BYTES",
+            max_message_bytes=_positive(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
+            max_attachment_bytes=_positive(env, "MAILOUT_MAX_ATTACHMENT_BYTES",
                                                DEFAULT_MAX_ATTACHMENT_BYTES),
-            max_recipients=_positive_int(env, "MAILOUT_MAX_RECIPIENTS", DEFAULT_MAX_RECIPIENTS),
-            max_age_seconds=_positive_float(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
+            max_recipients=_positive(env, "MAILOUT_MAX_RECIPIENTS", DEFAULT_MAX_RECIPIENTS),
+            max_age_seconds=_positive(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
             queue_max_age=_queue_ages(env.get("MAILOUT_QUEUE_POLICIES")),
             notify=env.get("MAILOUT_NOTIFY", "1").strip().lower() not in ("0", "false", "no"),
         )
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(name, f"must be positive, got {value}")
-    return value
+_N = TypeVar("_N", int, float)
 
 
-def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+def _positive(env: Mapping[str, str], name: str, default: _N) -> _N:
+    """Setting ``name`` as a number greater than 0 of ``default``'s type (envparse's
+    rule and wording), or ``default`` when unset or empty."""
     raw = env.get(name)
-    if raw is None or raw == "":
+    if not raw:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number, got {raw!r}") from None
-    if not value > 0:
-        raise ConfigError(name, f"must be positive, got {raw}")
-    return value
+    return cast(_N, envparse.number(type(default), minimum=0, strict=True)(name, raw))
 
 
 def _domain_of(mailbox: str) -> str | None:
