@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout.exceptions import RenderError
 from mailout.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
-from mailout.logs import LogRecipients, log_send, redact_addresses
+from mailout.logs import LogRecipients, SendLog, redact_addresses
 from mailout.models import (
     PARTIALLY_REFUSED,
     Attachment,
@@ -61,6 +61,8 @@ class Context:
     engine: Engine | None = None  # for send-time checks that read the database
     queue_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
     log_recipients: LogRecipients = LogRecipients.MASKED  # MAILOUT_LOG_RECIPIENTS
+    # Finished attempts' log lines (MAILOUT_LOG_SENDS); one per worker, shared by lanes.
+    send_log: SendLog = field(default_factory=lambda: SendLog(log))
     # Reads a message's attachments (database I/O: run in a thread); None: no storage.
     load_attachments: Callable[[int], tuple[Attachment, ...]] | None = None
 
@@ -494,6 +496,6 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
         completion = replace(completion, detail=_noted(resend.note, completion.detail))
     if verdict.redirected_to is not None:
         completion = replace(completion, redirected_to=verdict.redirected_to)
-    log_send(log, msg, completion, stage=result.stage or ctx.transport.name,
-             seconds=time.monotonic() - started, recipients=ctx.log_recipients)
+    ctx.send_log.add(msg, completion, stage=result.stage or ctx.transport.name,
+                     seconds=time.monotonic() - started)
     return completion

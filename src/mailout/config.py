@@ -15,7 +15,7 @@ from typing import Any
 from mailout import envparse, validate
 from mailout.events import ReturnPath
 from mailout.exceptions import ConfigError, InvalidMessage
-from mailout.logs import LogRecipients
+from mailout.logs import LogRecipients, LogSends
 from mailout.models import OnUnknown
 from mailout.policy import Lane, QueuePolicy, RetryPolicy, parse_lanes, parse_queue_policies
 from mailout.transports import url as transport_url
@@ -41,6 +41,13 @@ def _log_recipients(name: str, raw: str) -> LogRecipients:
         return LogRecipients(raw.strip().lower())
     except ValueError:
         raise ConfigError(name, f"must be masked, full or off, got {raw!r}") from None
+
+
+def _log_sends(name: str, raw: str) -> LogSends:
+    try:
+        return LogSends(raw.strip().lower())
+    except ValueError:
+        raise ConfigError(name, f"must be summary or each, got {raw!r}") from None
 
 
 def _return_path(name: str, raw: str) -> str:
@@ -88,6 +95,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", envparse.text, None),
     "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
     "log_recipients": ("MAILOUT_LOG_RECIPIENTS", _log_recipients, LogRecipients.MASKED),
+    "log_sends": ("MAILOUT_LOG_SENDS", _log_sends, LogSends.SUMMARY),
     "checks": ("MAILOUT_CHECKS", envparse.text, None),
     "resolvers": ("MAILOUT_RESOLVERS", envparse.text, None),
     "redirect_to": ("MAILOUT_REDIRECT_TO", _address, None),
@@ -128,6 +136,7 @@ class Settings:
     alert_webhook: str | None
     on_unknown: OnUnknown
     log_recipients: LogRecipients
+    log_sends: LogSends
     checks: str | None
     resolvers: str | None
     redirect_to: str | None

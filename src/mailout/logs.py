@@ -1,11 +1,15 @@
 """Logging: one event per line, as text or JSON lines, and what may appear in a line.
 
-The worker logs each send (queue, key, Message-ID, attempt, outcome, SMTP code,
-stage, duration) as a message *and* as structured fields (``extra=``), which the
-JSON formatter writes as top-level keys. It never logs passwords, the AUTH exchange,
-message bodies or template params. Recipient addresses are logged according to
-``MAILOUT_LOG_RECIPIENTS``: ``masked`` (default, ``a***@example.com``), ``full`` or
-``off``.
+The worker logs sends (queue, key, Message-ID, attempt, outcome, SMTP code, stage,
+duration) as a message *and* as structured fields (``extra=``), which the JSON
+formatter writes as top-level keys. ``MAILOUT_LOG_SENDS`` says which: ``summary``
+(the default) logs every attempt that did not end ``sent`` on a line of its own and
+counts the accepted ones into one line per interval; ``each`` logs every attempt.
+Every attempt is in ``mailout_attempts`` either way (``mailout trace``).
+
+It never logs passwords, the AUTH exchange, message bodies or template params.
+Recipient addresses are logged according to ``MAILOUT_LOG_RECIPIENTS``: ``masked``
+(default, ``a***@example.com``), ``full`` or ``off``.
 
 SQL echo (the ``sqlalchemy`` loggers at INFO or DEBUG) prints statement parameters
 and rows, which include bodies and addresses: it stays at WARNING here, and is a
@@ -19,11 +23,13 @@ import json
 import logging
 import re
 import sys
+import time
+from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from mailout.models import ClaimedMessage, Completion
+from mailout.models import ClaimedMessage, Completion, Outcome
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -40,6 +46,13 @@ _ADDRESS = re.compile(r"([\w.!#$%&'*+/=?^`{|}~-]+)@([\w-]+(?:\.[\w-]+)*\.\w{2,})
 class LogFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
+
+
+class LogSends(enum.StrEnum):
+    """Which finished attempts get a log line of their own (``MAILOUT_LOG_SENDS``)."""
+
+    SUMMARY = "summary"  # all but the accepted ones; those are counted into one line a while
+    EACH = "each"  # every attempt, accepted ones included (a line per message sent)
 
 
 class LogRecipients(enum.StrEnum):
@@ -195,3 +208,59 @@ def log_send(
 
 
 _SEND_LINE = log_send.__code__.co_firstlineno
+
+
+SUMMARY_SECONDS = 10.0  # how often, at most, the accepted sends are summed up in a line
+
+
+class SendLog:
+    """Logs finished attempts as ``mode`` says (see the module docstring).
+
+    One per worker process, shared by its lanes (one event loop: no lock). The summary
+    line (``event=send_summary``) says how many sends were accepted since the last one,
+    per queue; it is written once ``interval`` seconds have passed since the last (by
+    :meth:`add`, or :meth:`tick`, which the worker calls on a timer so that a burst's
+    tail is not held back), and by :meth:`flush` when the worker stops; never when
+    nothing was sent.
+    """
+
+    def __init__(self, logger: logging.Logger, *, mode: LogSends = LogSends.SUMMARY,
+                 recipients: LogRecipients = LogRecipients.MASKED,
+                 interval: float = SUMMARY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._logger = logger
+        self._mode = mode
+        self._recipients = recipients
+        self._interval = interval
+        self._clock = clock
+        self._since = clock()
+        self._sent: Counter[str] = Counter()
+
+    def add(self, msg: ClaimedMessage, completion: Completion, *, stage: str,
+            seconds: float) -> None:
+        """One finished attempt: a line of its own, or a count towards the summary."""
+        if self._mode is LogSends.EACH or completion.outcome is not Outcome.SENT:
+            log_send(self._logger, msg, completion, stage=stage, seconds=seconds,
+                     recipients=self._recipients)
+            return
+        self._sent[msg.queue] += 1
+        self.tick()
+
+    def tick(self) -> None:
+        """Write the summary line if ``interval`` has passed since the last one."""
+        if self._clock() - self._since >= self._interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the summary line now if anything was counted, and start counting anew."""
+        now = self._clock()
+        sent, self._sent = self._sent, Counter()
+        elapsed, self._since = now - self._since, now
+        if not sent or not self._logger.isEnabledFor(logging.INFO):
+            return
+        queues = dict(sorted(sent.items()))
+        total = sum(queues.values())
+        per_queue = " ".join(f"{queue}={count}" for queue, count in queues.items())
+        self._logger.info("sent %d in %.1fs: %s", total, elapsed, per_queue,
+                          extra={"event": "send_summary", "sent": total, "queues": queues,
+                                 "seconds": round(elapsed, 1)})

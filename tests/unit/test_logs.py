@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +15,8 @@ import pytest
 from mailout.logs import (
     JsonFormatter,
     LogRecipients,
+    LogSends,
+    SendLog,
     configure_logging,
     log_send,
     mask_address,
@@ -198,4 +201,75 @@ def test_log_send_with_info_off_logs_nothing(caplog: pytest.LogCaptureFixture) -
     caplog.set_level(logging.WARNING, logger="mailout.worker.runtime")
     log_send(logging.getLogger("mailout.worker.runtime"), _claimed(), _completion(),
              stage="body", seconds=0.01)
+    assert caplog.records == []
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _summary_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "event", None) == "send_summary"]
+
+
+def test_send_log_sums_up_accepted_sends_per_queue_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="mailout.worker.runtime")
+    clock = _Clock()
+    send_log = SendLog(logging.getLogger("mailout.worker.runtime"), interval=10.0, clock=clock)
+    for queue in ("default", "default", "critical"):
+        send_log.add(replace(_claimed(), queue=queue), _completion(), stage="body", seconds=0.01)
+    send_log.tick()  # not 10 s yet: nothing written
+    assert caplog.records == []
+    clock.now += 10.0
+    send_log.add(_claimed(), _completion(), stage="body", seconds=0.01)
+    (record,) = caplog.records
+    assert record.getMessage() == "sent 4 in 10.0s: critical=1 default=3"
+    assert (record.__dict__["sent"], record.__dict__["queues"]) == (
+        4, {"critical": 1, "default": 3})
+    clock.now += 3.0
+    send_log.flush()  # counting started anew after the line
+    assert len(_summary_records(caplog)) == 1
+    send_log.add(_claimed(), _completion(), stage="body", seconds=0.01)
+    clock.now += 1.5
+    send_log.flush()  # the worker stopping: what was counted is written at once
+    assert [r.getMessage() for r in _summary_records(caplog)][1:] == ["sent 1 in 1.5s: default=1"]
+
+
+def test_send_log_writes_every_attempt_that_was_not_accepted_on_its_own_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="mailout.worker.runtime")
+    send_log = SendLog(logging.getLogger("mailout.worker.runtime"), clock=_Clock())
+    send_log.add(_claimed(), _completion(Outcome.RETRY), stage="rcpt", seconds=0.01)
+    (record,) = caplog.records
+    assert (record.__dict__["event"], record.__dict__["outcome"]) == ("send", "retry")
+    assert record.__dict__["recipient"] == "a***@example.com"
+    send_log.flush()
+    assert len(caplog.records) == 1  # nothing was accepted: no summary line
+
+
+def test_send_log_each_writes_a_line_per_accepted_send_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="mailout.worker.runtime")
+    send_log = SendLog(logging.getLogger("mailout.worker.runtime"), mode=LogSends.EACH,
+                       recipients=LogRecipients.OFF, clock=_Clock())
+    send_log.add(_claimed(), _completion(), stage="body", seconds=0.01)
+    send_log.flush()
+    (record,) = caplog.records
+    assert (record.__dict__["event"], record.__dict__["outcome"]) == ("send", "sent")
+    assert "recipient" not in record.__dict__
+
+
+def test_send_log_summary_with_info_off_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mailout.worker.runtime")
+    send_log = SendLog(logging.getLogger("mailout.worker.runtime"), clock=_Clock())
+    send_log.add(_claimed(), _completion(), stage="body", seconds=0.01)
+    send_log.flush()
     assert caplog.records == []

@@ -13,6 +13,7 @@ from mailout.alerts import AlertCallback, Alerts
 from mailout.config import Settings
 from mailout.db import dialects, migrate
 from mailout.guards import Guards, load_registry, parse_domains
+from mailout.logs import SendLog
 from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
@@ -71,11 +72,13 @@ def build_worker(
         return built
 
     loader = AttachmentLoader(engine)
+    send_log = SendLog(attempt.log, mode=settings.log_sends, recipients=settings.log_recipients)
     contexts = [
         (lane, attempt.Context(
             worker=name, policy=settings.retry_policy, renderer=renderer,
             transport=transport(lane.concurrency), rng=make_rng(),
             on_unknown=settings.on_unknown, log_recipients=settings.log_recipients,
+            send_log=send_log,
             queue_policies={q: p.retry for q, p in policies.items()},
             guards=guards, engine=engine, load_attachments=loader,
         ))

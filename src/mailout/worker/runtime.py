@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from mailout import attempt
 from mailout.alerts import Alert, Alerts
 from mailout.db import dialects, leasing, notifications
+from mailout.logs import SUMMARY_SECONDS, SendLog
 from mailout.metrics.observer import NullObserver, Observer
 from mailout.models import Completion, Contact, Outcome, Status
 from mailout.policy import Lane
@@ -105,7 +106,8 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         helpers = [asyncio.create_task(self.writer.run(), name="mailout-completions"),
                    asyncio.create_task(self._heartbeat(), name="mailout-heartbeat"),
-                   asyncio.create_task(self._watch_outage(), name="mailout-outage")]
+                   asyncio.create_task(self._watch_outage(), name="mailout-outage"),
+                   asyncio.create_task(self._summarize(), name="mailout-send-summary")]
         if self.opts.listen and dialects.supports_listen_notify(self.engine):
             url = self.engine.url.render_as_string(hide_password=False)
             helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
@@ -125,6 +127,8 @@ class Worker:
             await helpers[0]
             for lane in self.lanes:
                 await lane.ctx.transport.close()
+            for send_log in self._send_logs():
+                send_log.flush()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
@@ -243,6 +247,17 @@ class Worker:
                     "id": c.id, "attempts": c.attempt, "reason": c.reason,
                     "reply_code": c.reply_code, "reply_text": c.reply_text,
                 }))
+
+    def _send_logs(self) -> list[SendLog]:
+        """The lanes' send logs, each once (a worker built by build_worker has one)."""
+        return list({id(lane.ctx.send_log): lane.ctx.send_log for lane in self.lanes}.values())
+
+    async def _summarize(self) -> None:
+        """Write the accepted-sends summary on time even when sends stop coming."""
+        while True:
+            await asyncio.sleep(SUMMARY_SECONDS / 2)
+            for send_log in self._send_logs():
+                send_log.tick()
 
     async def _heartbeat(self) -> None:
         """Keep the leases of in-flight and unrecorded rows alive."""
