@@ -1,0 +1,27 @@
+"""What the SMTP transport writes after the 354: canonical line ends and dot-stuffing."""
+
+from __future__ import annotations
+
+import pytest
+
+from mailout.transports.smtp.client import _wire_content
+
+
+@pytest.mark.parametrize(("given", "written"), [
+    (b"a\r\nb\r\n", b"a\r\nb\r\n"),
+    (b"a\r\nb", b"a\r\nb\r\n"),  # a final CRLF is added
+    (b".a\r\nb\r\n", b"..a\r\nb\r\n"),  # the first line is a line start too
+    (b"a\r\n.b\r\n..c\r\nd.\r\n", b"a\r\n..b\r\n...c\r\nd.\r\n"),
+    (b"a\r\n.\r\nb\r\n", b"a\r\n..\r\nb\r\n"),  # never an early end of data
+    (b"a\nb\n", b"a\r\nb\r\n"),  # bare LF
+    (b"a\rb\r", b"a\r\nb\r\n"),  # bare CR
+    (b"a\n.\r\nb\r.\n", b"a\r\n..\r\nb\r\n..\r\n"),  # mixed, with dots after each kind
+    (b"a\r\n\r\nb\r\n", b"a\r\n\r\nb\r\n"),  # a blank line is not a bare CR or LF
+])
+def test_line_ends_and_dot_stuffing(given: bytes, written: bytes) -> None:
+    assert _wire_content(given) == written
+
+
+def test_canonical_content_without_dots_is_not_copied() -> None:
+    content = b"Subject: x\r\n\r\n" + b"line of text\r\n" * 500
+    assert _wire_content(content) is content
