@@ -13,8 +13,8 @@ import pytest
 
 from mailout.transports.base import Envelope
 from mailout.transports.smtp import codes as smtpcodes
-from mailout.transports.smtp.client import SmtpTransport, check_connection, parse_reply
-from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage
+from mailout.transports.smtp.client import SmtpTransport, check_connection
+from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode, default_tls_mode
 from tests.support.fixtures import AUTH_PASSWORD, AUTH_USER, raw_envelope, smtp_settings_for
 from tests.support.smtpserver import SmtpTestServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailout.transports.smtp.client import _wire_content
+from mailout.transports.smtp.transaction import wire_content
 
 
 @pytest.mark.parametrize(("given", "written"), [
@@ -19,9 +19,9 @@ from mailout.transports.smtp.client import _wire_content
     (b"a\r\n\r\nb\r\n", b"a\r\n\r\nb\r\n"),  # a blank line is not a bare CR or LF
 ])
 def test_line_ends_and_dot_stuffing(given: bytes, written: bytes) -> None:
-    assert _wire_content(given) == written
+    assert wire_content(given) == written
 
 
 def test_canonical_content_without_dots_is_not_copied() -> None:
     content = b"Subject: x\r\n\r\n" + b"line of text\r\n" * 500
-    assert _wire_content(content) is content
+    assert wire_content(content) is content

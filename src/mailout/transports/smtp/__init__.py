@@ -1,4 +1,5 @@
-"""SMTP: the aiosmtplib client transport, its reply classification and codes, and the
+"""SMTP: the aiosmtplib client transport (its connection pool, and one mail transaction
+on a connection), its reply classification and codes, and the
 development sink server.
 
 May import: ``mailout.transports.base`` and what ``mailout.transports`` may import.

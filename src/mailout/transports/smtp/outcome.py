@@ -10,6 +10,7 @@ package sees these types.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 
@@ -68,3 +69,13 @@ class SendOutcome:
     @property
     def accepted(self) -> bool:
         return self.failure is None
+
+
+_ENHANCED = re.compile(r"([245])\.\d{1,3}\.\d{1,3}(?![\d.])")  # RFC 3463, e.g. 5.1.1
+
+
+def parse_reply(code: int, text: str) -> Reply:
+    """A :class:`Reply`, with the RFC 3463 code if the text starts with one of its class."""
+    match = _ENHANCED.match(text)
+    same_class = match is not None and int(match.group(1)) == code // 100
+    return Reply(code, text, match.group(0) if match and same_class else None)

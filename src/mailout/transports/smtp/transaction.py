@@ -1,0 +1,311 @@
+"""One mail transaction on an open SMTP connection: MAIL, RCPT, DATA and the content.
+
+:mod:`mailout.transports.smtp.client` opens, pools and closes connections; what it
+does on a connection once it is ready to send is here. The replies are read with
+aiosmtplib's protocol parser, but the commands are written by hand (see
+:func:`transaction`), so each step records in :class:`AttemptState` the
+:class:`~mailout.transports.smtp.outcome.Stage` it reached; a failure there is
+reported at that stage.
+
+Choices worth knowing:
+
+* MAIL, RCPT and DATA go out in one write when the server offers PIPELINING
+  (RFC 2920), and one at a time otherwise. A refused RCPT does not end the
+  transaction while another recipient was accepted: the message goes to the
+  accepted ones, and every RCPT reply is kept in the outcome (``rcpt_replies``).
+  Otherwise the outcome names the stage of the negative reply; nothing of the
+  content has left at that point.
+* The DATA phase is driven by hand (aiosmtplib's ``data()`` hides where it
+  failed): ``Stage.DATA`` covers the DATA command up to the 354 and also a
+  connection already found closed right after the 354, before any content was
+  written; both are safe to retry. ``Stage.BODY`` starts when the content is
+  handed to the socket: a disconnect or timeout there is an unknown outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from typing import Final
+
+import aiosmtplib
+from aiosmtplib import SMTPResponse
+from aiosmtplib.errors import SMTPException, SMTPResponseException, SMTPServerDisconnected
+from aiosmtplib.protocol import SMTPProtocol
+
+from mailout.transports.base import Envelope
+from mailout.transports.smtp import codes as smtpcodes
+from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply
+
+log = logging.getLogger("mailout.transports.smtp.client")
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f<>]")
+_LINE_ENDINGS = re.compile(rb"\r\n|\n|\r(?!\n)")  # as aiosmtplib's protocol does
+
+
+class Abort(Exception):
+    """Ends an attempt early with a ready-made outcome."""
+
+    def __init__(self, outcome: SendOutcome) -> None:
+        super().__init__(outcome.detail)
+        self.outcome = outcome
+
+
+@dataclass
+class AttemptState:
+    """Where one send (or check) has got to."""
+
+    stage: Stage = Stage.CONNECT
+    reply: Reply | None = None  # the last positive reply
+    smtp: aiosmtplib.SMTP | None = None
+    rcpt: tuple[tuple[str, Reply], ...] = ()  # each recipient's RCPT reply so far
+
+
+def reply_of(response: SMTPResponse) -> Reply:
+    return parse_reply(response.code, response.message)
+
+
+# What each command of a transaction must get back to go on.
+_MAIL_OK: Final = (Stage.MAIL, (smtpcodes.OK,))
+_RCPT_OK: Final = (Stage.RCPT, (smtpcodes.OK, smtpcodes.USER_NOT_LOCAL_WILL_FORWARD))
+_DATA_OK: Final = (Stage.DATA, (smtpcodes.START_MAIL_INPUT,))
+_Expected = tuple[Stage, tuple[int, ...]]
+
+
+def _expected(recipients: int) -> list[_Expected]:
+    """The stage and accepted codes of each command: MAIL, one RCPT each, DATA."""
+    return [_MAIL_OK, *([_RCPT_OK] * recipients), _DATA_OK]
+
+
+async def transaction(
+    smtp: aiosmtplib.SMTP, envelope: Envelope, attempt: AttemptState, pipelining: bool,
+    *, pooled: bool = False,
+) -> bool:
+    """MAIL FROM, RCPT TO and DATA, up to the server's 354.
+
+    With ``pipelining``, and when the server offers it: the three commands leave in one
+    write and the replies are read in order; otherwise each waits for the one before.
+    Every RCPT reply is kept in ``attempt.rcpt``. A negative reply to MAIL or DATA
+    raises it (SMTPResponseException) at its stage; refused recipients end the
+    transaction only when no recipient was accepted (an :class:`Abort` at RCPT
+    carrying every reply). False if a pooled connection proved dead before its first
+    reply: nothing was done there, so the caller opens a new connection.
+    """
+    commands = _commands(smtp, envelope)
+    recipients = envelope.recipients
+    expected = _expected(len(recipients))
+    pipelined = pipelining and smtp.supports_extension("pipelining")
+    try:
+        if pipelined:
+            replies = await _pipelined(smtp, commands, expected, attempt)
+        else:
+            replies = await _one_by_one(smtp, commands, expected, attempt)
+    except ConnectionError:  # e.g. the server closed it while idle, unnoticed until now
+        if not (pooled and attempt.stage is Stage.MAIL):
+            raise
+        discard(smtp)
+        return False
+    data_354 = len(replies) == len(expected) and replies[-1].code == smtpcodes.START_MAIL_INPUT
+    if replies[0].code not in _MAIL_OK[1]:
+        attempt.stage = Stage.MAIL
+        if data_354:
+            await abandon_data(smtp)
+        raise SMTPResponseException(replies[0].code, replies[0].message)
+    rcpt = tuple(zip(recipients, map(reply_of, replies[1:1 + len(recipients)]), strict=False))
+    attempt.rcpt = rcpt
+    if not any(reply.code in _RCPT_OK[1] for _, reply in rcpt):
+        attempt.stage = Stage.RCPT
+        if data_354:
+            await abandon_data(smtp)
+        refused = next(reply for _, reply in rcpt)  # MAIL succeeded: RCPT got a reply
+        raise Abort(SendOutcome(Stage.RCPT, reply=refused, failure=Failure.REPLY,
+                                 rcpt_replies=rcpt))
+    attempt.stage = Stage.DATA
+    if len(replies) < len(expected):  # a refused RCPT, then the connection went
+        raise SMTPServerDisconnected("connection lost before the reply to DATA")
+    if not data_354:
+        raise SMTPResponseException(replies[-1].code, replies[-1].message)
+    return True
+
+
+def _commands(smtp: aiosmtplib.SMTP, envelope: Envelope) -> list[bytes]:
+    """The MAIL, RCPT and DATA lines for addresses mailout validated at enqueue.
+
+    Written raw: aiosmtplib's mail()/rcpt() parse each address again, which showed
+    in profiles. Control characters and angle brackets are still refused here
+    (ValueError), so nothing can smuggle in a command of its own.
+    """
+    recipients = envelope.recipients
+    if not recipients:
+        raise ValueError("an envelope needs at least one recipient")
+    utf8 = not (envelope.mail_from.isascii() and all(r.isascii() for r in recipients))
+    options = b" SMTPUTF8" if utf8 and smtp.supports_extension("smtputf8") else b""
+    if not envelope.wire.isascii() and smtp.supports_extension("8bitmime"):
+        options += b" BODY=8BITMIME"
+    charset = "utf-8" if utf8 else "ascii"
+    lines = []
+    for prefix, address in ((b"MAIL FROM:<", envelope.mail_from),
+                            *((b"RCPT TO:<", r) for r in recipients)):
+        if _CONTROL.search(address):
+            raise ValueError(f"address {address!r} has a control character")
+        lines.append(prefix + address.encode(charset) + b">\r\n")
+    lines[0] = lines[0][:-2] + options + b"\r\n"
+    return [*lines, b"DATA\r\n"]
+
+
+def protocol_of(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
+    protocol = smtp.protocol
+    if protocol is None or not protocol.is_connected:
+        raise SMTPServerDisconnected("Connection lost")
+    return protocol
+
+
+async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
+                      expected: list[_Expected], attempt: AttemptState) -> list[SMTPResponse]:
+    """Each command after the reply to the one before. Stops at a refused MAIL, after a
+    421 (the server is closing), and before DATA when every recipient was refused; a
+    refused RCPT alone does not stop it."""
+    replies: list[SMTPResponse] = []
+    last_rcpt = len(commands) - 2
+    for i, ((stage, accepted), command) in enumerate(zip(expected, commands, strict=True)):
+        attempt.stage = stage
+        protocol = protocol_of(smtp)
+        protocol._response_pending = True  # as aiosmtplib's execute_command does
+        protocol.write(command)
+        reply = await next_reply(protocol)
+        replies.append(reply)
+        if reply.code in accepted:
+            continue
+        if stage is not Stage.RCPT or reply.code == smtpcodes.SERVICE_NOT_AVAILABLE:
+            break
+        if i == last_rcpt and not any(r.code in accepted for r in replies[1:]):
+            break  # nobody to send DATA for
+    return replies
+
+
+async def _pipelined(smtp: aiosmtplib.SMTP, commands: list[bytes],
+                     expected: list[_Expected], attempt: AttemptState) -> list[SMTPResponse]:
+    """All commands in one write, then their replies in order (RFC 2920).
+
+    After a negative reply the server may close (421) or stay silent: the replies
+    still owed are then given up and the connection closed, since it is out of step.
+    """
+    protocol = protocol_of(smtp)
+    protocol._response_pending = True
+    attempt.stage = Stage.MAIL
+    protocol.write(b"".join(commands))
+    replies: list[SMTPResponse] = []
+    refused = False
+    for stage, accepted in expected:
+        attempt.stage = stage
+        try:
+            replies.append(await next_reply(protocol))
+        except (SMTPException, OSError):
+            if not refused:
+                raise
+            discard(smtp)
+            break
+        refused = refused or replies[-1].code not in accepted
+    return replies
+
+
+async def next_reply(protocol: SMTPProtocol) -> SMTPResponse:
+    """The next reply on ``protocol``.
+
+    aiosmtplib parses one reply per read and keeps the rest of what arrived in its
+    buffer, where later pipelined replies can already be waiting. It drops data that
+    arrives while no reply is due, so a pipelined group is read back to back: no
+    await between one reply's return and the call for the next. The buffer and its
+    parser are aiosmtplib internals (unchanged from 3.0 to 5.1); the transport tests
+    run every outcome through them, pipelined and not.
+    """
+    protocol._response_pending = True
+    buffered = protocol._read_response_from_buffer()
+    if buffered is not None:
+        return buffered
+    return await protocol.read_response()
+
+
+async def abandon_data(smtp: aiosmtplib.SMTP) -> None:
+    """End a DATA the server accepted with no recipient: a lone "." (RFC 2920 3.1).
+
+    The server must deliver nothing; if it does not answer, the connection goes.
+    """
+    log.warning("SMTP server accepted DATA after refusing the recipient; sent an empty "
+                "message to close the transaction")
+    try:
+        protocol = protocol_of(smtp)
+        protocol._response_pending = True
+        protocol.write(b".\r\n")
+        await next_reply(protocol)
+    except (SMTPException, OSError):
+        discard(smtp)
+
+
+async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState) -> SendOutcome:
+    """After the 354: content and ".", and the final reply, tracking whether content left."""
+    attempt.stage = Stage.DATA
+    protocol = smtp.protocol
+    # Let events that arrived with the 354 (a close) be processed before writing.
+    for _ in range(2):
+        await asyncio.sleep(0)
+    if protocol is None or not protocol.is_connected:
+        detail = "connection closed after 354, before the content was sent"
+        raise Abort(SendOutcome(Stage.DATA, failure=Failure.DISCONNECT, detail=detail))
+    attempt.stage = Stage.BODY
+    protocol._response_pending = True  # as execute_data_command: a reply is now due
+    await _write_content(protocol, data)
+    reply = reply_of(await next_reply(protocol))
+    # The RCPT replies go in now, so that _run need not copy the outcome to add them.
+    if reply.code // 100 == smtpcodes.POSITIVE:
+        return SendOutcome(Stage.BODY, reply=reply, rcpt_replies=attempt.rcpt)
+    return SendOutcome(Stage.BODY, reply=reply, failure=Failure.REPLY, rcpt_replies=attempt.rcpt)
+
+
+WRITE_CHUNK: Final = 256 * 1024  # large contents go out in pieces of this size
+
+
+async def _write_content(protocol: SMTPProtocol, data: bytes) -> None:
+    """The content with CRLF line endings, dot-stuffing and the terminating ".".
+
+    A message of mailout's own renderer (CRLF only, no line starting with a dot: the
+    common case) is written as it is, without a copy. A large one goes out in
+    pieces, each after the transport's buffer drained: the socket buffer never
+    holds a second copy of a message with megabytes of attachments.
+    """
+    content = wire_content(data)
+    if len(content) <= WRITE_CHUNK:
+        protocol.write(content + b".\r\n")
+        return
+    for start in range(0, len(content), WRITE_CHUNK):
+        protocol.write(content[start:start + WRITE_CHUNK])  # a piece is copied, not all
+        await protocol._drain_helper()  # aiosmtplib's flow control (FlowControlMixin)
+    protocol.write(b".\r\n")
+
+
+def wire_content(data: bytes) -> bytes:
+    """CRLF line endings, a final CRLF and dot-stuffing; the "." is the caller's."""
+    crlf = data.count(b"\r\n")
+    if data.count(b"\n") == crlf and data.count(b"\r") == crlf:
+        content = data  # already CRLF only (mailout's own renderer): skip the regex
+    else:
+        content = _LINE_ENDINGS.sub(b"\r\n", data)
+    if not content.endswith(b"\r\n"):
+        content += b"\r\n"
+    # Every line now ends in CRLF, so a line start is the start or just after "\r\n".
+    # Looking for "\n." first is much cheaper than a replace that finds nothing: the
+    # three-byte pattern starts a partial match at every line end.
+    if b"\n." in content:
+        content = content.replace(b"\r\n.", b"\r\n..")
+    if content.startswith(b"."):
+        content = b"." + content
+    return content
+
+
+def discard(smtp: aiosmtplib.SMTP) -> None:
+    """Close ``smtp`` without a QUIT: its state is unknown or it is out of step."""
+    if smtp.is_connected:
+        log.debug("closing SMTP connection to %s:%s", smtp.hostname, smtp.port)
+    smtp.close()
