@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from mailout import attempt, db
-from mailout.db import leasing
+from mailout.db import leasing, outcomes
 from mailout.db.schema import attempts, messages
 from mailout.exceptions import InvalidMessage
 from mailout.guards import Guards
@@ -111,7 +111,7 @@ def test_a_guard_that_raises_unexpectedly_ends_in_a_charged_retry(engine: Engine
     assert not done.uncharge  # charged: a guard that always crashes ends dead, with an alert
     assert transport.outbox == []  # never sent unchecked
     with engine.begin() as conn:
-        assert leasing.complete(conn, [done]) == []
+        assert outcomes.complete(conn, [done]) == []
     with engine.connect() as conn:
         status = conn.execute(select(messages.c.status, messages.c.attempts)).one()
     assert tuple(status) == ("pending", 1)

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, select, update
 
 from mailout import db
-from mailout.db import admin, leasing
+from mailout.db import admin, leasing, outcomes
 from mailout.db.schema import attempts, messages
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
 from mailout.outbox import EnqueueSettings, enqueue
@@ -75,7 +75,7 @@ def test_completion_marks_sent_and_logs_the_attempt(engine: Engine) -> None:
     (rid,) = add(engine, 1)
     (c,) = claim(engine)
     with engine.begin() as conn:
-        assert leasing.complete(conn, [sent(c)]) == []
+        assert outcomes.complete(conn, [sent(c)]) == []
     row = status_of(engine, rid)
     assert row["status"] == "sent"
     assert row["provider_message_id"] == "ABC"
@@ -97,12 +97,12 @@ def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(engine: Engine
     assert new.attempts == 2
     assert new.lease_token != old.lease_token
     with engine.begin() as conn:
-        assert leasing.complete(conn, [sent(old, worker="w-dead")]) == [rid]
+        assert outcomes.complete(conn, [sent(old, worker="w-dead")]) == [rid]
     row = status_of(engine, rid)
     assert row["status"] == "sending"
     assert row["lease_token"] == new.lease_token
     with engine.begin() as conn:
-        assert leasing.complete(conn, [sent(new, worker="w-new")]) == []
+        assert outcomes.complete(conn, [sent(new, worker="w-new")]) == []
     assert status_of(engine, rid)["status"] == "sent"
     with engine.connect() as conn:
         log = conn.execute(
@@ -123,7 +123,7 @@ def test_retry_completion_schedules_on_the_database_clock(engine: Engine) -> Non
                        recipient=c.recipient, delay_seconds=90, reply_code=451,
                        reply_text="4.3.0 try later")
     with engine.begin() as conn:
-        leasing.complete(conn, [retry])
+        outcomes.complete(conn, [retry])
     row = status_of(engine, rid)
     assert row["status"] == "pending"
     assert row["attempts"] == 1
@@ -141,7 +141,7 @@ def test_paused_completion_is_not_charged(engine: Engine) -> None:
                         status=Status.PENDING, started_at=c.claimed_at, worker="w1",
                         recipient=c.recipient, delay_seconds=0, uncharge=True, reply_code=535)
     with engine.begin() as conn:
-        leasing.complete(conn, [paused])
+        outcomes.complete(conn, [paused])
     row = status_of(engine, rid)
     assert row["status"] == "pending"
     assert row["attempts"] == 0
@@ -158,7 +158,7 @@ def test_an_outage_attempt_is_logged_as_not_charged(engine: Engine) -> None:
                           stage="connect", reason="connect_refused")
 
     with engine.begin() as conn:  # one batch: PostgreSQL's one-statement path
-        leasing.complete(conn, [ended(a, Outcome.OUTAGE, True), ended(b, Outcome.RETRY, False)])
+        outcomes.complete(conn, [ended(a, Outcome.OUTAGE, True), ended(b, Outcome.RETRY, False)])
     assert status_of(engine, first)["attempts"] == 0
     assert status_of(engine, second)["attempts"] == 1
     with engine.connect() as conn:
@@ -211,7 +211,7 @@ def test_a_batch_completes_held_rows_and_fences_the_rest(engine: Engine) -> None
                          recipient=first[2].recipient, reply_code=550,
                          reply_text="5.1.1 no such user", reason="recipient_rejected")
     with engine.begin() as conn:
-        fenced = leasing.complete(conn, [sent(first[0]), sent(first[1]), bounced])
+        fenced = outcomes.complete(conn, [sent(first[0]), sent(first[1]), bounced])
     assert fenced == [first[0].id]
     assert status_of(engine, first[0].id)["lease_owner"] == "w2"  # untouched
     one, two = status_of(engine, first[1].id), status_of(engine, first[2].id)

@@ -1,8 +1,9 @@
 """The database boundary: every SQL statement mailout runs lives in this package.
 
 Owns the schema (``schema``), engines (``engine``), migrations (``migrate`` and
-``migrations/``), the enqueue INSERT (``inserts``), the worker's claims, completions
-and leases (``leasing``; MySQL's batch completions in ``json_table``), operator
+``migrations/``), the enqueue INSERT (``inserts``), the worker's claims and leases
+(``leasing``), its finished attempts (``outcomes``; MySQL's batch completions in
+``json_table``), operator
 switches (``pauses``), operator reads and changes (``admin``), reports and gauges
 (``stats``), delivery events, suppressions and webhook nonces (``events``) and
 PostgreSQL LISTEN (``notifications``).

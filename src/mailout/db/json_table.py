@@ -8,7 +8,7 @@ UPDATE``, so the update then changes exactly those and the rest are the fenced o
 MySQL gives no order to the assignments of a multiple-table UPDATE, so none may read
 a column another one changes: a batch that records an ``unknown`` outcome (which
 reads ``unknown_since`` to set ``unknown_via``) is not done here; :func:`fits` says
-so, and :mod:`mailout.db.leasing` then completes it row by row.
+so, and :mod:`mailout.db.outcomes` then completes it row by row.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _COLUMNS = {  # the JSON_TABLE columns of _COMPLETE and their types
     "final": "INT", "settled": "LONGTEXT",
 }
 _SPEC = ", ".join(f"{c} {t} PATH '$.{c}'" for c, t in _COLUMNS.items())
-# The rules of leasing._complete_row_statement for rows whose outcome is known; each
+# The rules of outcomes._complete_row_statement for rows whose outcome is known; each
 # assignment reads only its own column and the batch. UTC_TIMESTAMP(6) is db_now().
 _COMPLETE = text(f"""
 UPDATE {messages.name} AS m
@@ -62,7 +62,7 @@ def fits(rows: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def complete(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[int]:
-    """Apply ``rows`` (leasing's completion rows) to the messages still held under
+    """Apply ``rows`` (outcomes' completion rows) to the messages still held under
     their lease token; return the ids that were fenced out (held by nobody or by a
     newer claim). Two round trips whatever the batch size."""
     held_by = or_(*(and_(messages.c.id == r["id"], messages.c.lease_token == r["token"])

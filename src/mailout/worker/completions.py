@@ -7,7 +7,7 @@ that a short outage costs nothing. If the outage outlasts the lease, other worke
 reclaim the rows, and the late write is fenced out by the lease token.
 
 A batch costs about a millisecond of CPU whatever its size plus a little per row
-(see leasing.complete), and the CPU is shared with the sends: under load the writer
+(see outcomes.complete), and the CPU is shared with the sends: under load the writer
 lets a batch grow for up to FLUSH_INTERVAL, or until TARGET_BATCH completions
 wait, and it keeps one connection instead of checking one out (and pinging it) per
 batch.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout.db import leasing
+from mailout.db import outcomes
 from mailout.models import Completion
 
 log = logging.getLogger("mailout.worker.runtime")
@@ -118,7 +118,7 @@ class CompletionWriter:
             conn = self._conn = self._engine.connect()
         try:
             with conn.begin():
-                return set(leasing.complete(conn, batch))
+                return set(outcomes.complete(conn, batch))
         except (OperationalError, DBAPIError):
             # The connection may be dead (database restart): the retry takes a new one.
             self._conn = None
