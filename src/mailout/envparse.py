@@ -7,6 +7,7 @@ raises :class:`~mailout.exceptions.ConfigError` naming the setting. Shared by
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -20,11 +21,15 @@ def number(kind: type[int] | type[float], *, minimum: float, strict: bool = Fals
     (greater than it with ``strict``)."""
 
     def parse(name: str, raw: str) -> Any:
+        noun = "a whole number" if kind is int else "a number"
         try:
             value = kind(raw)
         except ValueError:
-            noun = "a whole number" if kind is int else "a number"
             raise ConfigError(name, f"must be {noun}, got {raw!r}") from None
+        # float() takes "nan" and "inf": a NaN passes every comparison below, and an
+        # endless lease or age limit is never what a deployment means.
+        if not math.isfinite(value):
+            raise ConfigError(name, f"must be {noun}, got {raw!r}")
         if value < minimum or (strict and value == minimum):
             bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
             raise ConfigError(name, f"must be {bound}, got {raw}")

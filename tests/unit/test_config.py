@@ -68,6 +68,12 @@ def test_the_password_is_never_in_repr() -> None:
         ({"MAIL_FROM": "not an address"}, "MAIL_FROM"),
         ({"MAIL_FROM": "shop@example.com\r\nBcc: x@example.com"}, "MAIL_FROM"),
         ({"MAILOUT_IDEMPOTENCY_HEADER": "Bad Header"}, "MAILOUT_IDEMPOTENCY_HEADER"),
+        # float() reads these; a NaN passes every bound check, an endless limit is a typo.
+        ({"MAILOUT_LEASE_SECONDS": "nan"}, "MAILOUT_LEASE_SECONDS"),
+        ({"MAILOUT_MAX_AGE_SECONDS": "inf"}, "MAILOUT_MAX_AGE_SECONDS"),
+        ({"MAILOUT_RETRY_CAP_SECONDS": "Infinity"}, "MAILOUT_RETRY_CAP_SECONDS"),
+        ({"SMTP_TIMEOUT": "NaN"}, "SMTP_TIMEOUT"),
+        ({"MAILOUT_LOG_SENDS": "every"}, "MAILOUT_LOG_SENDS"),
     ],
 )
 def test_bad_values_name_their_setting(env: dict[str, str], setting: str) -> None:
