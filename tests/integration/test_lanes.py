@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 
 from sqlalchemy import Engine, func, select
@@ -117,6 +118,12 @@ def test_a_queue_rate_limit_holds(engine: Engine, db_url: str,
     offsets = [(t - start).total_seconds() for t in times]
     # A full bucket allows one second's worth at once, then `rate` per second.
     assert offsets[-1] >= (n - rate) / rate * 0.9
-    for second in range(1, int(offsets[-1]) + 1):
-        window = sum(1 for o in offsets if second <= o < second + 1)
-        assert window <= rate * 1.25, f"{window} messages in second {second}"
+    # What a token bucket guarantees whatever the machine does: by t seconds after the
+    # first send, at most rate * (1 + t) tokens were taken. A busy machine can delay
+    # sends already paced (claimed with a token) so that they arrive together: at most
+    # the lane's 10 slots' worth on top.
+    for sent, offset in enumerate(offsets, start=1):
+        assert sent <= rate * (1 + offset) + 10, f"{sent} messages by {offset:.2f}s"
+    # And in steady state, no second much above the rate.
+    windows = [sum(1 for o in offsets if s <= o < s + 1) for s in range(1, int(offsets[-1]))]
+    assert statistics.median(windows) <= rate * 1.25, windows
