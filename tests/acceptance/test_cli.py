@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine, Float, bindparam, update
 
 from mailout import db
-from mailout.db import admin
+from mailout.db import admin, purging
 from mailout.db.schema import db_now_plus, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.fixtures import AUTH_USER
@@ -300,9 +300,9 @@ def test_operator_sql_on_both_backends(engine: Engine) -> None:
     assert report.queues[0].due_lag_seconds is not None
     assert report.last_sent_at is not None
     with engine.begin() as conn:
-        assert admin.count_purgeable(conn, timedelta(days=30), ["sent", "dead"]) == 1
-        assert admin.purge(conn, timedelta(days=30), ["sent"], batch=1) == (1, 0)
-        assert admin.purge(conn, timedelta(days=30), ["sent"], batch=1) == (0, 0)
+        assert purging.count_purgeable(conn, timedelta(days=30), ["sent", "dead"]) == 1
+        assert purging.purge(conn, timedelta(days=30), ["sent"], batch=1) == (1, 0, old)
+        assert purging.purge(conn, timedelta(days=30), ["sent"], batch=1) == (0, 0, None)
 
 
 def _secs(seconds: float) -> Any:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from mailout import Attachment, InvalidMessage, Message
-from mailout.db import admin
+from mailout.db import admin, purging
 from mailout.db import attachments as stored
 from mailout.db.schema import attachments, message_attachments, messages
 from mailout.outbox import EnqueueSettings, enqueue, enqueue_many
@@ -124,7 +124,7 @@ def test_purge_removes_contents_no_message_refers_to(engine: Engine) -> None:
                                                                          admin.Float))))
     with engine.begin() as conn:
         assert stored.count_orphans(conn) == 0
-        assert admin.purge(conn, timedelta(days=1), ["sent"]) == (1, 0)
+        assert purging.purge(conn, timedelta(days=1), ["sent"]).messages == 1
         assert stored.count_orphans(conn) == 1
         assert stored.purge_orphans(conn) == 1
         assert stored.purge_orphans(conn) == 0

@@ -20,11 +20,12 @@ from mailout.policy import duration_seconds
 DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
 WINDOW_ENV = "MAILOUT_IDEMPOTENCY_WINDOW"
 DEFAULT_WINDOW = "30d"
-PURGE_BATCH = 1000
 MAX_SPAN = timedelta(days=100 * 366)  # --since, --older-than: further back is a typo
 # Row ids and --limit as every database stores them (a 64-bit signed integer).
 ROW_ID = click.IntRange(1, 2**63 - 1)
 LIMIT = click.IntRange(1, 1_000_000)
+# purge --batch: a transaction of more rows holds its locks, and the WAL, too long.
+PURGE_BATCH = click.IntRange(1, 100_000)
 FINAL_STATUSES = ("sent", "failed", "dead", "cancelled")
 # Exit codes (docs/cli.md): 0 done, 1 an error, 2 bad usage or input, and
 EXIT_TRANSPORT_DOWN = 3  # worker --until-idle stopped: the transport is paused or down
@@ -63,6 +64,20 @@ def span_option(ctx: click.Context, param: click.Parameter,
         return None if value is None else parse_span(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def pause_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """Seconds to pause (``0.25``, ``1s``), at most :data:`MAX_PAUSE`."""
+    try:
+        seconds = duration_seconds(value, bare_seconds=True)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    if seconds > MAX_PAUSE:
+        raise click.BadParameter(f"{value!r} is longer than {MAX_PAUSE:.0f} seconds", ctx, param)
+    return seconds
+
+
+MAX_PAUSE = 60.0  # --pause: longer is a typo for a unit (60m), and a purge that never ends
 
 
 def since_option(ctx: click.Context, param: click.Parameter,

@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, cast
@@ -33,7 +35,7 @@ from mailout.cli.common import (
     ROW_ID,
     WINDOW_ENV,
 )
-from mailout.db import actions, admin, audit, migrate
+from mailout.db import actions, admin, audit, migrate, purging
 from mailout.exceptions import ConfigError, InvalidMessage, MailoutError, NotFound
 from mailout.logs import configure_logging
 from mailout.models import Status
@@ -457,19 +459,26 @@ def idempotency_window() -> timedelta:
 @click.option("--status", "statuses", default=",".join(common.FINAL_STATUSES), show_default=True,
               help="Comma-separated final statuses to delete.")
 @click.option("--force", is_flag=True, help="Allow a cutoff inside the idempotency window.")
+@click.option("--batch", type=PURGE_BATCH, default=purging.DEFAULT_BATCH, show_default=True,
+              help="Rows deleted per transaction.")
+@click.option("--pause", callback=common.pause_option, metavar="SECONDS",
+              default=str(purging.DEFAULT_PAUSE), show_default=True,
+              help="Pause between transactions (0.25, 1s...), or as long as the last one "
+                   "took if longer; 0 runs flat out.")
 @click.option("--reason", help=REASON_HELP)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: bool,
-              reason: str | None, yes: bool) -> None:
+              batch: int, pause: float, reason: str | None, yes: bool) -> None:
     """Delete old finished messages.
 
     Deletes rows in the given final statuses finished before the cutoff (database
-    clock), with their attempts, in small transactions, then the attachment contents
-    no message refers to any more. A cutoff inside the idempotency window
-    (MAILOUT_IDEMPOTENCY_WINDOW, default 30d) needs --force.
+    clock), with their attempts, in transactions of --batch rows with a --pause
+    between them so that workers keep their share of the database, then the
+    attachment contents no message refers to any more. A cutoff inside the
+    idempotency window (MAILOUT_IDEMPOTENCY_WINDOW, default 30d) needs --force.
     """
-    chosen = _statuses(statuses, "--status", allowed=admin.PURGEABLE)
+    chosen = _statuses(statuses, "--status", allowed=purging.PURGEABLE)
     window = idempotency_window()
     if older_than < window and not force:
         raise click.ClickException(
@@ -483,7 +492,7 @@ def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: 
 
     engine = common.engine_for(obj)
     with engine.connect() as conn:
-        n = admin.count_purgeable(conn, older_than, chosen)
+        n = purging.count_purgeable(conn, older_than, chosen)
         orphans = attachments.count_orphans(conn)
     if n == 0 and orphans == 0:
         click.echo("nothing to purge")
@@ -492,15 +501,34 @@ def purge_cmd(obj: dict[str, Any], older_than: timedelta, statuses: str, force: 
              "attachments no message refers to any more?", yes)
     with engine.begin() as conn:
         actions.log_purge(conn, older_than, chosen, n, actor=cli_audit.actor(), reason=reason)
-    total_m = total_a = 0
-    while n:
-        with engine.begin() as conn:
-            m, a = admin.purge(conn, older_than, chosen, batch=PURGE_BATCH)
-        total_m, total_a = total_m + m, total_a + a
-        if m < PURGE_BATCH:
-            break
-    click.echo(f"purged {total_m} messages and {total_a} attempts, and "
+    started = time.monotonic()
+    totals = purging.PurgeTotals()
+    if n:
+        totals = purging.purge_in_batches(engine, older_than, chosen, batch=batch, pause=pause,
+                                          progress=_purge_progress(n))
+    click.echo(f"purged {totals.messages} messages and {totals.attempts} attempts, and "
                f"{_purge_attachments(engine)} attachments no message refers to")
+    if totals.batches:
+        click.echo(f"{totals.batches} transactions of up to {batch} rows in "
+                   f"{time.monotonic() - started:.0f} s; the longest took "
+                   f"{totals.longest_batch * 1000:.0f} ms")
+
+
+def _purge_progress(expected: int) -> Callable[[purging.PurgeTotals], None] | None:
+    """A progress line on the terminal about every 10 s; nothing when piped or cron'd."""
+    if not sys.stderr.isatty():
+        return None
+    last = [time.monotonic()]
+
+    def report(totals: purging.PurgeTotals) -> None:
+        if time.monotonic() - last[0] >= PROGRESS_EVERY:
+            last[0] = time.monotonic()
+            click.echo(f"purged {totals.messages} of {expected} messages...", err=True)
+
+    return report
+
+
+PROGRESS_EVERY = 10.0  # seconds between progress lines of a long purge
 
 
 def _purge_attachments(engine: Any) -> int:

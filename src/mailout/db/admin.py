@@ -1,4 +1,6 @@
-"""Operator SQL: status counts, listing, lookups, requeue, cancel and purge.
+"""Operator SQL: status counts, listing, lookups, requeue and cancel.
+
+Purging lives in :mod:`mailout.db.purging`.
 
 Every function takes a SQLAlchemy ``Connection`` and runs inside the caller's
 transaction; the caller decides where transactions begin and end. Times that
@@ -19,7 +21,6 @@ from sqlalchemy import (
     Float,
     and_,
     bindparam,
-    delete,
     distinct,
     func,
     or_,
@@ -31,20 +32,16 @@ from sqlalchemy.sql.elements import ColumnElement
 from mailout.db import dialects
 from mailout.db.outages import TransportTrouble, transport_trouble
 from mailout.db.schema import (
-    attempt_recipients,
     attempts,
     db_now,
     db_now_plus,
-    message_attachments,
     messages,
 )
-from mailout.models import FINAL_STATUSES, Outcome, Status
+from mailout.models import Outcome, Status
 from mailout.timeutil import aware
 
 # Statuses an operator may send back to pending after reviewing them.
 RETRYABLE = frozenset({Status.DEAD, Status.FAILED, Status.UNKNOWN, Status.CANCELLED})
-# Only finished rows may be purged: a live row is somebody's undelivered mail.
-PURGEABLE = FINAL_STATUSES
 OPERATOR_REASON = "operator"
 
 _SUMMARY_COLUMNS = (
@@ -415,48 +412,6 @@ def skipped_statuses(conn: Connection, wanted: list[int],
     rows = conn.execute(select(messages.c.id, messages.c.status).where(messages.c.id.in_(rest)))
     found = {r.id: r.status for r in rows}
     return {i: found.get(i, "not found") for i in rest}
-
-
-def _purgeable(older_than: timedelta, statuses: Iterable[str]) -> ColumnElement[bool]:
-    chosen = [Status(s) for s in statuses]
-    bad = [s.value for s in chosen if s not in PURGEABLE]
-    if bad:
-        raise ValueError(f"only finished rows can be purged, not {', '.join(bad)}")
-    # IS NOT NULL spelled out: it lets the partial index on finished_at serve the query.
-    return and_(_in_statuses(chosen), messages.c.finished_at.is_not(None),
-                messages.c.finished_at < _ago(older_than))
-
-
-def count_purgeable(conn: Connection, older_than: timedelta, statuses: Iterable[str]) -> int:
-    """How many rows :func:`purge` would delete."""
-    cond = _purgeable(older_than, statuses)
-    return conn.execute(select(func.count()).select_from(messages).where(cond)).scalar_one()
-
-
-def purge(
-    conn: Connection, older_than: timedelta, statuses: Iterable[str], *, batch: int = 1000
-) -> tuple[int, int]:
-    """Delete up to ``batch`` finished rows (in ``statuses``, finished more than
-    ``older_than`` ago on the database clock) with their attempts.
-
-    Returns (messages, attempts) deleted. Call it in short transactions until it
-    returns 0 messages: one huge delete would hold locks the workers need. The
-    attachment contents they leave unreferenced stay until
-    :func:`mailout.db.attachments.purge_orphans`.
-    Raises ValueError for a status that is not final.
-    """
-    cond = _purgeable(older_than, statuses)
-    ids = list(conn.scalars(select(messages.c.id).where(cond).order_by(messages.c.id)
-                            .limit(batch)))
-    if not ids:
-        return 0, 0
-    # Attempts first, explicitly: the foreign key cascades, but SQLite only honours it
-    # when the connection turned foreign keys on.
-    n_attempts = conn.execute(delete(attempts).where(attempts.c.outbox_id.in_(ids))).rowcount
-    conn.execute(delete(attempt_recipients).where(attempt_recipients.c.outbox_id.in_(ids)))
-    conn.execute(delete(message_attachments).where(message_attachments.c.outbox_id.in_(ids)))
-    n_messages = conn.execute(delete(messages).where(messages.c.id.in_(ids))).rowcount
-    return n_messages, n_attempts
 
 
 def mark_sent(conn: Connection, ids: list[int], provider_id: str | None) -> list[int]:

@@ -90,6 +90,18 @@ def claims_in_locking_reads(bind: Bind) -> bool:
     return name_of(bind) == MYSQL
 
 
+def locks_rows_skipping_locked(bind: Bind) -> bool:
+    """Can a read lock the rows it returns and pass over those another transaction
+    holds (``FOR UPDATE SKIP LOCKED``)? SQLite has no row locks: a transaction that
+    reads then writes takes the database write lock instead."""
+    return name_of(bind) != SQLITE
+
+
+def binds_arrays(bind: Bind) -> bool:
+    """Can a list of ids travel as one array parameter (``= ANY(:ids)``)?"""
+    return name_of(bind) == POSTGRESQL
+
+
 def is_lock_conflict(exc: BaseException) -> bool:
     """Was ``exc`` the server giving up on a lock (a deadlock victim, a lock wait
     timeout)? The transaction is rolled back and can simply be tried again."""

@@ -1,0 +1,326 @@
+"""Purge while draining: does a worker's drain rate hold while history is purged?
+
+A scratch database of the benchmark server (bench/common.py) gets ``--history`` old
+``sent`` rows, each with its attempt row, and a backlog of ``-n`` template messages.
+One ``mailout worker`` drains the backlog into Postfix's ``smtp-sink`` while this
+process switches a purge (``purging.purge_in_batches``, what ``mailout purge`` runs,
+with ``--batch`` and ``--pause``) on and off in alternating windows of ``--window``
+seconds: quiet, purging, quiet, purging... The drain rate of each window comes from
+the rows' ``sent_at`` (database clock), so quiet and purging windows see the same
+table, the same worker and the same machine load, interleaved.
+
+Also per mode: CPU seconds per second of the worker process, of its PostgreSQL
+backends, of the purge's backend and of the vacuum stand-in (``/proc``: the server
+must run here), the machine's idle share, and what the worker's backends waited
+on (``pg_stat_activity``, sampled every 50 ms): a lock wait there would mean the
+purge blocks claims. And the purge's own figures: rows/s while on, the longest
+batch transaction (how long it held its row locks), and the time 1,000,000 rows
+would take at that pace.
+
+    .venv/bin/python -m bench.purge [-n 150000] [--history 1000000] [--windows 8]
+        [--window 6] [--batch 1000] [--pause 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select, text
+
+from bench.common import (
+    scratch_database,
+    smtp_sink,
+    stand_in_autovacuum,
+    worker_env,
+    write_templates,
+)
+from bench.throughput import HISTORY_SQL, fill
+from mailout import db
+from mailout.db import migrate, purging
+from mailout.db.schema import messages
+
+ROLES = ("worker", "purge", "vacuum")
+APP = {"worker": "bench-worker", "purge": "bench-purge", "vacuum": "bench-vacuum"}
+# Each history row's attempt, as a worker logs a send.
+ATTEMPTS_SQL = text("""
+INSERT INTO mailout_attempts (outbox_id, attempt, outcome, stage, reply_code, reply_text,
+    recipient, worker, started_at, finished_at, charged, transport)
+SELECT id, 1, 'sent', 'data', 250, last_reply_text, recipient, 'history', finished_at,
+    finished_at, true, 'smtp'
+FROM mailout_messages WHERE status = 'sent'
+""")
+
+
+@dataclass
+class Window:
+    purging: bool
+    start: datetime  # database clock
+    end: datetime | None = None
+    sent: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # role -> CPU seconds
+    idle: float = 0.0  # machine idle share
+    purged: int = 0
+    batches: int = 0
+    longest_batch: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        assert self.end is not None
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.seconds
+
+
+class Cpu:
+    """CPU seconds of the worker process and of the database's backends by role
+    (their application_name), read from /proc."""
+
+    def __init__(self, engine: Engine, worker_pid: int) -> None:
+        self.engine, self.worker_pid = engine, worker_pid
+        self.pids: dict[int, str] = {}
+        self.last: dict[int, float] = {}  # a backend that has gone keeps its last figure
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _proc(self, pid: int) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return self.last.get(pid, 0.0)
+        self.last[pid] = (int(fields[11]) + int(fields[12])) / self.tick
+        return self.last[pid]
+
+    def read(self) -> dict[str, float]:
+        with self.engine.connect() as conn:
+            for pid, app in conn.execute(text(
+                    "SELECT pid, application_name FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()")):
+                role = next((r for r, a in APP.items() if a == app), None)
+                if role is not None:
+                    self.pids[pid] = role
+        out = dict.fromkeys(("worker process", *(f"{r} backends" for r in ROLES)), 0.0)
+        out["worker process"] = self._proc(self.worker_pid)
+        for pid, role in self.pids.items():
+            out[f"{role} backends"] += self._proc(pid)
+        return out
+
+
+def machine_idle() -> tuple[float, float]:
+    """(idle, total) jiffies of the whole machine so far."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return float(values[3] + values[4]), float(sum(values))
+
+
+def sample_waits(engine: Engine, stop: threading.Event, purging_now: threading.Event,
+                 out: dict[bool, Counter[str]]) -> None:
+    """What the worker's active backends wait on, every 50 ms, by purge mode."""
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        while not stop.wait(0.05):
+            rows = conn.execute(text(
+                "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') "
+                "FROM pg_stat_activity WHERE application_name = :app AND state = 'active'"),
+                {"app": APP["worker"]}).scalars().all()
+            counter = out[purging_now.is_set()]
+            counter["samples"] += 1
+            counter.update(rows)
+
+
+def seed_history(engine: Engine, n: int) -> None:
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(HISTORY_SQL, {"n": n})  # finished 20 days ago and earlier
+        conn.execute(ATTEMPTS_SQL)
+    print(f"  ({n:,} sent rows and their attempts inserted in "
+          f"{time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def vacuum_analyze(engine: Engine) -> None:
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(text("VACUUM ANALYZE mailout_messages, mailout_attempts"))
+
+
+class Purger:
+    """A purge switched on and off: each on-window runs purge_in_batches in a thread
+    until the window's stop event."""
+
+    def __init__(self, url: str, batch: int, pause: float) -> None:
+        self.engine = db.make_engine(url, connect_args={"application_name": APP["purge"]})
+        self.batch, self.pause = batch, pause
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.result: purging.PurgeTotals | None = None
+
+    def start(self) -> None:
+        self.stop = threading.Event()
+        self.result = None
+
+        def run() -> None:
+            self.result = purging.purge_in_batches(
+                self.engine, timedelta(days=10), ["sent"], batch=self.batch,
+                pause=self.pause, stop=self.stop)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def finish(self) -> purging.PurgeTotals:
+        assert self.thread is not None
+        self.stop.set()
+        self.thread.join()
+        assert self.result is not None, "the purge thread failed"
+        return self.result
+
+
+def db_clock(engine: Engine) -> datetime:
+    with engine.connect() as conn:
+        moment: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+    return moment
+
+
+def count_sent(engine: Engine, start: datetime, end: datetime) -> int:
+    with engine.connect() as conn:
+        n: int = conn.execute(select(func.count()).where(
+            messages.c.status == "sent", messages.c.sent_at >= start,
+            messages.c.sent_at < end)).scalar_one()
+    return n
+
+
+def run_windows(engine: Engine, url: str, env: dict[str, str], args: argparse.Namespace,
+                waits: dict[bool, Counter[str]]) -> list[Window]:
+    errors = tempfile.TemporaryFile()  # noqa: SIM115  # closed in the finally below
+    worker = subprocess.Popen([sys.executable, "-m", "mailout", "worker", "--until-idle"],
+                              env={**env, "PGAPPNAME": APP["worker"]},
+                              stdout=subprocess.DEVNULL, stderr=errors)
+    purger = Purger(url, args.batch, args.pause)
+    cpu = Cpu(engine, worker.pid)
+    stop_sampling, purging_now = threading.Event(), threading.Event()
+    sampler = threading.Thread(target=sample_waits,
+                               args=(engine, stop_sampling, purging_now, waits), daemon=True)
+    windows: list[Window] = []
+    try:
+        time.sleep(args.warmup)  # imports, connections, the first claims
+        sampler.start()
+        for i in range(args.windows):
+            if worker.poll() is not None:
+                if worker.returncode:
+                    errors.seek(0)
+                    tail = errors.read().decode(errors="replace")[-3000:]
+                    raise RuntimeError(f"worker exited with {worker.returncode}:\n{tail}")
+                print("  (the backlog ran out: raise -n)", flush=True)
+                break
+            on = i % 2 == 1
+            window = Window(on, db_clock(engine))
+            before, idle0 = cpu.read(), machine_idle()
+            if on:
+                purging_now.set()
+                purger.start()
+            time.sleep(args.window)
+            if on:
+                totals = purger.finish()
+                purging_now.clear()
+                window.purged, window.batches = totals.messages, totals.batches
+                window.longest_batch = totals.longest_batch
+            window.end = db_clock(engine)
+            after, idle1 = cpu.read(), machine_idle()
+            window.cpu = {k: after[k] - before[k] for k in after}
+            window.idle = (idle1[0] - idle0[0]) / max(1.0, idle1[1] - idle0[1])
+            windows.append(window)
+            print(f"  window {i + 1}: {'purging' if on else 'quiet  '} "
+                  f"{window.seconds:.1f} s", flush=True)
+    finally:
+        stop_sampling.set()
+        worker.terminate()
+        worker.wait(30)
+        errors.close()
+        purger.engine.dispose()
+    for window in windows:
+        assert window.end is not None
+        window.sent = count_sent(engine, window.start, window.end)
+    return windows
+
+
+def report(windows: list[Window], waits: dict[bool, Counter[str]],
+           args: argparse.Namespace) -> None:
+    quiet = [w for w in windows if not w.purging]
+    busy = [w for w in windows if w.purging]
+    if not quiet or not busy:
+        print("not enough windows")
+        return
+    print("\nper window (msg/s): "
+          + ", ".join(f"{'P' if w.purging else 'q'} {w.rate:.0f}" for w in windows))
+    q_rate = statistics.median(w.rate for w in quiet)
+    p_rate = statistics.median(w.rate for w in busy)
+    print(f"drain rate, median of {len(quiet)} quiet windows: {q_rate:.0f} msg/s; of "
+          f"{len(busy)} purging windows: {p_rate:.0f} msg/s ({p_rate / q_rate:.0%})")
+    purged = sum(w.purged for w in busy)
+    on_seconds = sum(w.seconds for w in busy)
+    pace = purged / on_seconds
+    print(f"purge (batch {args.batch}, pause {args.pause} s): {purged:,} rows in "
+          f"{sum(w.batches for w in busy)} batches, {pace:,.0f} rows/s while on "
+          f"(1,000,000 rows in {1e6 / pace / 60:.0f} min at this pace); longest batch "
+          f"transaction {max(w.longest_batch for w in busy) * 1000:.0f} ms")
+    print("CPU seconds per second:        quiet  purging")
+    for key in windows[0].cpu:
+        q = sum(w.cpu[key] for w in quiet) / sum(w.seconds for w in quiet)
+        p = sum(w.cpu[key] for w in busy) / on_seconds
+        print(f"  {key:<26}{q:>7.2f}  {p:>7.2f}")
+    q_idle = statistics.mean(w.idle for w in quiet)
+    p_idle = statistics.mean(w.idle for w in busy)
+    print(f"  {'machine idle share':<26}{q_idle:>7.0%}  {p_idle:>7.0%}")
+    print("worker backends' waits (share of active samples):")
+    for mode, label in ((False, "quiet"), (True, "purging")):
+        counter = waits[mode]
+        total = sum(v for k, v in counter.items() if k != "samples") or 1
+        top = ", ".join(f"{k} {v / total:.0%}" for k, v in counter.most_common(7)
+                        if k != "samples")
+        print(f"  {label:<8} {top}")
+    print(f"(load average {os.getloadavg()[0]:.1f})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=150_000,
+                    help="backlog to drain: enough for every window (default 150000)")
+    ap.add_argument("--history", type=int, default=1_000_000)
+    ap.add_argument("--windows", type=int, default=8, help="quiet/purging windows in all")
+    ap.add_argument("--window", type=float, default=6.0, help="seconds per window")
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--batch", type=int, default=purging.DEFAULT_BATCH)
+    ap.add_argument("--pause", type=float, default=purging.DEFAULT_PAUSE)
+    ap.add_argument("--concurrency", type=int, default=20)
+    args = ap.parse_args()
+    waits: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url, smtp_sink() as port:
+        templates = write_templates(Path(tmp))
+        engine = db.make_engine(url)
+        migrate.upgrade(engine)
+        print(f"history of {args.history:,} rows, backlog of {args.n:,}...", flush=True)
+        seed_history(engine, args.history)
+        fill(engine, args.n, templates, "drain")
+        vacuum_analyze(engine)
+        env = worker_env(url, port, templates, args.concurrency)
+        with stand_in_autovacuum(url, application_name=APP["vacuum"]) as vacuuming:
+            windows = run_windows(engine, url, env, args, waits)
+        engine.dispose()
+    if vacuuming:
+        print("(the server runs without autovacuum: the outbox table was vacuumed every 5 s "
+              "instead, by the 'vacuum' backend)")
+    report(windows, waits, args)
+
+
+if __name__ == "__main__":
+    main()
+
