@@ -17,7 +17,7 @@ purge blocks claims. And the purge's own figures: rows/s while on, the longest
 batch transaction (how long it held its row locks), and the time 1,000,000 rows
 would take at that pace.
 
-    .venv/bin/python -m bench.purge [-n 150000] [--history 1000000] [--windows 8]
+    .venv/bin/python -m bench.purge [-n 150000] [--history 1000000] [--windows 9]
         [--window 6] [--batch 1000] [--pause 0.1]
 """
 
@@ -73,6 +73,7 @@ class Window:
     purged: int = 0
     batches: int = 0
     longest_batch: float = 0.0
+    wal: float = 0.0  # bytes written, server-wide
 
     @property
     def seconds(self) -> float:
@@ -110,8 +111,10 @@ class Cpu:
                 role = next((r for r, a in APP.items() if a == app), None)
                 if role is not None:
                     self.pids[pid] = role
-        out = dict.fromkeys(("worker process", *(f"{r} backends" for r in ROLES)), 0.0)
+        out = dict.fromkeys(("worker process", *(f"{r} backends" for r in ROLES),
+                             "this process (purge client)"), 0.0)
         out["worker process"] = self._proc(self.worker_pid)
+        out["this process (purge client)"] = self._proc(os.getpid())
         for pid, role in self.pids.items():
             out[f"{role} backends"] += self._proc(pid)
         return out
@@ -184,10 +187,12 @@ class Purger:
         return self.result
 
 
-def db_clock(engine: Engine) -> datetime:
+def db_clock(engine: Engine) -> tuple[datetime, float]:
+    """The database's clock, and its WAL position in bytes (server-wide)."""
     with engine.connect() as conn:
-        moment: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-    return moment
+        moment, wal = conn.execute(text(
+            "SELECT clock_timestamp(), pg_current_wal_lsn() - '0/0'::pg_lsn")).one()
+    return moment, float(wal)
 
 
 def count_sent(engine: Engine, start: datetime, end: datetime) -> int:
@@ -222,7 +227,8 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: argparse.Na
                 print("  (the backlog ran out: raise -n)", flush=True)
                 break
             on = i % 2 == 1
-            window = Window(on, db_clock(engine))
+            start, wal0 = db_clock(engine)
+            window = Window(on, start)
             before, idle0 = cpu.read(), machine_idle()
             if on:
                 purging_now.set()
@@ -233,7 +239,8 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: argparse.Na
                 purging_now.clear()
                 window.purged, window.batches = totals.messages, totals.batches
                 window.longest_batch = totals.longest_batch
-            window.end = db_clock(engine)
+            window.end, wal1 = db_clock(engine)
+            window.wal = wal1 - wal0
             after, idle1 = cpu.read(), machine_idle()
             window.cpu = {k: after[k] - before[k] for k in after}
             window.idle = (idle1[0] - idle0[0]) / max(1.0, idle1[1] - idle0[1])
@@ -263,8 +270,17 @@ def report(windows: list[Window], waits: dict[bool, Counter[str]],
           + ", ".join(f"{'P' if w.purging else 'q'} {w.rate:.0f}" for w in windows))
     q_rate = statistics.median(w.rate for w in quiet)
     p_rate = statistics.median(w.rate for w in busy)
+    # Each purging window against the quiet windows either side of it: the drain
+    # slows as the run goes on (the table grows, other jobs come and go), and a
+    # purging window compared with its own neighbours carries none of that trend.
+    ratios = [w.rate / statistics.mean(n.rate for n in neighbours)
+              for i, w in enumerate(windows) if w.purging
+              for neighbours in [[n for n in windows[max(0, i - 1):i + 2] if not n.purging]]
+              if neighbours]
     print(f"drain rate, median of {len(quiet)} quiet windows: {q_rate:.0f} msg/s; of "
           f"{len(busy)} purging windows: {p_rate:.0f} msg/s ({p_rate / q_rate:.0%})")
+    print(f"each purging window against its quiet neighbours: "
+          f"{', '.join(f'{r:.0%}' for r in ratios)}; median {statistics.median(ratios):.0%}")
     purged = sum(w.purged for w in busy)
     on_seconds = sum(w.seconds for w in busy)
     pace = purged / on_seconds
@@ -277,6 +293,9 @@ def report(windows: list[Window], waits: dict[bool, Counter[str]],
         q = sum(w.cpu[key] for w in quiet) / sum(w.seconds for w in quiet)
         p = sum(w.cpu[key] for w in busy) / on_seconds
         print(f"  {key:<26}{q:>7.2f}  {p:>7.2f}")
+    q_wal = sum(w.wal for w in quiet) / sum(w.seconds for w in quiet)
+    p_wal = sum(w.wal for w in busy) / on_seconds
+    print(f"  {'WAL MB/s (server-wide)':<26}{q_wal / 1e6:>7.2f}  {p_wal / 1e6:>7.2f}")
     q_idle = statistics.mean(w.idle for w in quiet)
     p_idle = statistics.mean(w.idle for w in busy)
     print(f"  {'machine idle share':<26}{q_idle:>7.0%}  {p_idle:>7.0%}")
@@ -295,7 +314,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=150_000,
                     help="backlog to drain: enough for every window (default 150000)")
     ap.add_argument("--history", type=int, default=1_000_000)
-    ap.add_argument("--windows", type=int, default=8, help="quiet/purging windows in all")
+    ap.add_argument("--windows", type=int, default=9,
+                    help="windows in all, quiet first and last (default 9)")
     ap.add_argument("--window", type=float, default=6.0, help="seconds per window")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--batch", type=int, default=purging.DEFAULT_BATCH)

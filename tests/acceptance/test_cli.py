@@ -183,6 +183,23 @@ def test_purge_respects_the_idempotency_window(sqlite_url: str) -> None:
     assert [m["id"] for m in mailout_json("list", env=env)] == [ids[2]]
 
 
+def test_purge_deletes_in_transactions_of_batch_rows(sqlite_url: str) -> None:
+    engine = db.make_engine(sqlite_url)
+    with engine.begin() as conn:
+        ids = [enqueue(conn, to=f"u{i}@example.com", subject="Hi", text="x", key=f"k{i}",
+                       settings=EnqueueSettings()).id for i in range(5)]
+        conn.execute(update(messages).where(messages.c.id.in_(ids)).values(
+            status="sent", finished_at=db_now_plus(_secs(-40 * 86400.0))))
+    engine.dispose()
+    env = {"MAILOUT_DATABASE_URL": sqlite_url}
+
+    out = mailout("purge", "--older-than", "31d", "--batch", "2", "--pause", "0.01", "--yes",
+                  env=env).stdout
+    assert "purged 5 messages" in out
+    assert "3 transactions of up to 2 rows" in out
+    assert mailout_json("list", env=env) == []
+
+
 def test_check_explains_failures_without_the_password(
     sqlite_url: str,
     smtp_server: SmtpTestServer,
@@ -217,6 +234,8 @@ def test_check_explains_failures_without_the_password(
     [
         (["list", "--since", "yesterday"], "--since"),
         (["purge", "--older-than", "30"], "not a duration"),
+        (["purge", "--older-than", "31d", "--pause", "5m"], "longer than 60 seconds"),
+        (["purge", "--older-than", "31d", "--batch", "0"], "--batch"),
         (["enqueue", "--to", "not-an-address", "--subject", "s", "--text", "t"], "--to"),
         (["retry"], "give message ids or --status"),
     ],
