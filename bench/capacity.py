@@ -13,9 +13,9 @@ and Postfix's ``smtp-sink``:
    Checks that every row was sent exactly once (one ``sent`` attempt per row, no
    other attempt, no fenced completion) and, meanwhile, times single-row claims from
    a probe connection (claim, then release) to show claim latency under contention.
-3. Purge while draining: N messages drained with and without a concurrent
-   ``mailout purge`` of ``--history`` old ``sent`` rows (batches of 1,000 in short
-   transactions); the two drain rates side by side.
+3. Purge while draining (bench/purge.py): one worker drains a backlog while a purge
+   of ``--history`` old ``sent`` rows, at ``mailout purge``'s default batch and pause,
+   is switched on and off in alternating windows; the two drain rates side by side.
 
     .venv/bin/python -m bench.capacity [-n 20000] [--processes 8] [--history 1000000]
 """
@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +36,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event, func, select, text
 
+from bench import purge as purge_bench
 from bench.common import (
     run_workers,
     scratch_database,
@@ -45,7 +45,7 @@ from bench.common import (
     worker_env,
     write_templates,
 )
-from bench.throughput import HISTORY_SQL, analyze, fill, reset
+from bench.throughput import analyze, fill, reset
 from mailout import config, db
 from mailout.db import leasing, migrate
 from mailout.db.schema import attempts, messages
@@ -172,7 +172,7 @@ def _exactly_once_problems(engine: Engine, n: int) -> list[str]:
     """Every row sent once: one attempt per row, and that attempt is the send."""
     problems = []
     with engine.connect() as conn:
-        statuses = dict(conn.execute(
+        statuses: dict[str, int] = dict(conn.execute(
             select(messages.c.status, func.count()).group_by(messages.c.status)).all())
         per_row = conn.execute(
             select(attempts.c.outbox_id, func.count()).where(attempts.c.worker != "probe")
@@ -186,27 +186,6 @@ def _exactly_once_problems(engine: Engine, n: int) -> list[str]:
     if sent_attempts != n:
         problems.append(f"{sent_attempts} sent attempts for {n} rows")
     return problems
-
-
-def purge_while_draining(engine: Engine, url: str, env: dict[str, str], templates: Path,
-                         n: int, history: int) -> tuple[float, float, float]:
-    """(drain rate alone, drain rate with a purge running, purge seconds)."""
-    reset(engine)
-    fill(engine, n, templates, "alone")
-    analyze(engine)
-    alone = n / run_workers(env, 1).wall
-    reset(engine)
-    with engine.begin() as conn:
-        conn.execute(HISTORY_SQL, {"n": history})  # finished 20 days ago and earlier
-    fill(engine, n, templates, "with-purge")
-    analyze(engine)
-    purge = subprocess.Popen([sys.executable, "-m", "mailout", "--db", url, "purge",
-                              "--older-than", "10d", "--force", "--yes"],
-                             stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    t0 = time.perf_counter()
-    with_purge = n / run_workers(env, 1).wall
-    purge.wait(3600)
-    return alone, with_purge, time.perf_counter() - t0
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -231,14 +210,15 @@ def main() -> None:
         with stand_in_autovacuum(url) as vacuuming:
             print(f"{args.processes} workers on {args.n} messages...", flush=True)
             scale = scale_out(engine, url, env, templates, args.n, args.processes)
-            results: Any = None
-            if args.history:
-                print(f"purging {args.history:,} rows while a worker drains...", flush=True)
-                results = purge_while_draining(engine, url, env, templates, args.n,
-                                               args.history)
+        purged: purge_bench.Result | None = None
+        plan = purge_bench.Plan(history=args.history)
+        if args.history:
+            reset(engine)
+            print(f"purging {args.history:,} rows while a worker drains...", flush=True)
+            purged = purge_bench.measure(engine, url, env, templates, plan)
         engine.dispose()
     if vacuuming:
-        print("\n(the server runs without autovacuum: during 2 and 3 the outbox table was "
+        print("\n(the server runs without autovacuum: during 2 the outbox table was "
               "vacuumed every 5 s instead)")
     print(f"\nper message (1 worker in this process, {cost.rate:.0f} msg/s; load average "
           f"{os.getloadavg()[0]:.1f}):")
@@ -258,10 +238,8 @@ def main() -> None:
               f"p50 {statistics.median(scale.claim_ms):.1f} ms, "
               f"p95 {_pct(scale.claim_ms, 0.95):.1f} ms, p99 {_pct(scale.claim_ms, 0.99):.1f} ms, "
               f"max {max(scale.claim_ms):.1f} ms")
-    if results is not None:
-        alone, with_purge, seconds = results
-        print(f"\ndrain alone {alone:.0f} msg/s; while purging {args.history:,} rows "
-              f"{with_purge:.0f} msg/s ({with_purge / alone:.0%}); purge took {seconds:.0f} s")
+    if purged is not None:
+        purge_bench.report(purged, plan)
     sys.exit(1 if scale.problems else 0)
 
 

@@ -5,9 +5,11 @@ A scratch database of the benchmark server (bench/common.py) gets ``--history`` 
 One ``mailout worker`` drains the backlog into Postfix's ``smtp-sink`` while this
 process switches a purge (``purging.purge_in_batches``, what ``mailout purge`` runs,
 with ``--batch`` and ``--pause``) on and off in alternating windows of ``--window``
-seconds: quiet, purging, quiet, purging... The drain rate of each window comes from
+seconds: quiet, purging, quiet, ..., quiet. The drain rate of each window comes from
 the rows' ``sent_at`` (database clock), so quiet and purging windows see the same
-table, the same worker and the same machine load, interleaved.
+table, the same worker and the same machine load, interleaved. Printed: the median
+rate of each kind, and each purging window against the mean of the quiet windows
+either side of it (their median), which cancels a drift over the run.
 
 Also per mode: CPU seconds per second of the worker process, of its PostgreSQL
 backends, of the purge's backend and of the vacuum stand-in (``/proc``: the server
@@ -17,8 +19,8 @@ purge blocks claims. And the purge's own figures: rows/s while on, the longest
 batch transaction (how long it held its row locks), and the time 1,000,000 rows
 would take at that pace.
 
-    .venv/bin/python -m bench.purge [-n 150000] [--history 1000000] [--windows 9]
-        [--window 6] [--batch 1000] [--pause 0.1]
+    .venv/bin/python -m bench.purge [-n 200000] [--history 1000000] [--windows 11]
+        [--window 6] [--batch 1000] [--pause 0.25]
 """
 
 from __future__ import annotations
@@ -60,6 +62,26 @@ SELECT id, 1, 'sent', 'data', 250, last_reply_text, recipient, 'history', finish
     finished_at, true, 'smtp'
 FROM mailout_messages WHERE status = 'sent'
 """)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to measure: see the module docstring and ``--help``."""
+
+    n: int = 200_000
+    history: int = 1_000_000
+    windows: int = 11
+    window: float = 6.0
+    warmup: float = 5.0  # worker start-up, and the drain settling after the fill
+    batch: int = purging.DEFAULT_BATCH
+    pause: float = purging.DEFAULT_PAUSE
+
+
+@dataclass
+class Result:
+    windows: list[Window]
+    waits: dict[bool, Counter[str]]  # purging? -> wait event -> samples
+    vacuuming: bool  # the benchmark stood in for autovacuum
 
 
 @dataclass
@@ -203,7 +225,21 @@ def count_sent(engine: Engine, start: datetime, end: datetime) -> int:
     return n
 
 
-def run_windows(engine: Engine, url: str, env: dict[str, str], args: argparse.Namespace,
+def measure(engine: Engine, url: str, env: dict[str, str], templates: Path,
+            plan: Plan) -> Result:
+    """Seed the history and the backlog in the (migrated, empty) database of
+    ``engine``, then drain with the purge switched on and off."""
+    print(f"history of {plan.history:,} rows, backlog of {plan.n:,}...", flush=True)
+    seed_history(engine, plan.history)
+    fill(engine, plan.n, templates, "drain")
+    vacuum_analyze(engine)
+    waits: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+    with stand_in_autovacuum(url, application_name=APP["vacuum"]) as vacuuming:
+        windows = run_windows(engine, url, env, plan, waits)
+    return Result(windows, waits, vacuuming)
+
+
+def run_windows(engine: Engine, url: str, env: dict[str, str], args: Plan,
                 waits: dict[bool, Counter[str]]) -> list[Window]:
     errors = tempfile.TemporaryFile()  # noqa: SIM115  # closed in the finally below
     worker = subprocess.Popen([sys.executable, "-m", "mailout", "worker", "--until-idle"],
@@ -259,8 +295,11 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: argparse.Na
     return windows
 
 
-def report(windows: list[Window], waits: dict[bool, Counter[str]],
-           args: argparse.Namespace) -> None:
+def report(result: Result, args: Plan) -> None:
+    windows, waits = result.windows, result.waits
+    if result.vacuuming:
+        print("(the server runs without autovacuum: the outbox table was vacuumed every 5 s "
+              "instead, by the 'vacuum' backend)")
     quiet = [w for w in windows if not w.purging]
     busy = [w for w in windows if w.purging]
     if not quiet or not busy:
@@ -305,40 +344,36 @@ def report(windows: list[Window], waits: dict[bool, Counter[str]],
         total = sum(v for k, v in counter.items() if k != "samples") or 1
         top = ", ".join(f"{k} {v / total:.0%}" for k, v in counter.most_common(7)
                         if k != "samples")
-        print(f"  {label:<8} {top}")
+        locks = sum(v for k, v in counter.items() if k.startswith("Lock:"))
+        print(f"  {label:<8} {top}; heavyweight lock waits {locks / total:.1%}")
     print(f"(load average {os.getloadavg()[0]:.1f})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-n", type=int, default=150_000,
-                    help="backlog to drain: enough for every window (default 150000)")
-    ap.add_argument("--history", type=int, default=1_000_000)
-    ap.add_argument("--windows", type=int, default=9,
-                    help="windows in all, quiet first and last (default 9)")
-    ap.add_argument("--window", type=float, default=6.0, help="seconds per window")
-    ap.add_argument("--warmup", type=float, default=3.0)
-    ap.add_argument("--batch", type=int, default=purging.DEFAULT_BATCH)
-    ap.add_argument("--pause", type=float, default=purging.DEFAULT_PAUSE)
+    default = Plan()
+    ap.add_argument("-n", type=int, default=default.n,
+                    help=f"backlog to drain: enough for every window (default {default.n})")
+    ap.add_argument("--history", type=int, default=default.history)
+    ap.add_argument("--windows", type=int, default=default.windows,
+                    help=f"windows in all, quiet first and last (default {default.windows})")
+    ap.add_argument("--window", type=float, default=default.window,
+                    help="seconds per window")
+    ap.add_argument("--warmup", type=float, default=default.warmup)
+    ap.add_argument("--batch", type=int, default=default.batch)
+    ap.add_argument("--pause", type=float, default=default.pause)
     ap.add_argument("--concurrency", type=int, default=20)
     args = ap.parse_args()
-    waits: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+    plan = Plan(args.n, args.history, args.windows, args.window, args.warmup, args.batch,
+                args.pause)
     with tempfile.TemporaryDirectory() as tmp, scratch_database() as url, smtp_sink() as port:
         templates = write_templates(Path(tmp))
         engine = db.make_engine(url)
         migrate.upgrade(engine)
-        print(f"history of {args.history:,} rows, backlog of {args.n:,}...", flush=True)
-        seed_history(engine, args.history)
-        fill(engine, args.n, templates, "drain")
-        vacuum_analyze(engine)
         env = worker_env(url, port, templates, args.concurrency)
-        with stand_in_autovacuum(url, application_name=APP["vacuum"]) as vacuuming:
-            windows = run_windows(engine, url, env, args, waits)
+        result = measure(engine, url, env, templates, plan)
         engine.dispose()
-    if vacuuming:
-        print("(the server runs without autovacuum: the outbox table was vacuumed every 5 s "
-              "instead, by the 'vacuum' backend)")
-    report(windows, waits, args)
+    report(result, plan)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from mailout.models import FINAL_STATUSES, Status
 # Only finished rows may be purged: a live row is somebody's undelivered mail.
 PURGEABLE = FINAL_STATUSES
 DEFAULT_BATCH = 1000
-DEFAULT_PAUSE = 0.0
+DEFAULT_PAUSE = 0.25  # seconds; see docs/capacity.md for what it keeps of the drain rate
 
 
 def _purgeable(older_than: timedelta, statuses: Iterable[str]) -> ColumnElement[bool]:
