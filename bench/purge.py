@@ -95,6 +95,7 @@ class Window:
     purged: int = 0
     batches: int = 0
     longest_batch: float = 0.0
+    in_batches: float = 0.0  # seconds inside batch transactions
     wal: float = 0.0  # bytes written, server-wide
 
     @property
@@ -275,6 +276,7 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: Plan,
                 purging_now.clear()
                 window.purged, window.batches = totals.messages, totals.batches
                 window.longest_batch = totals.longest_batch
+                window.in_batches = totals.in_batches
             window.end, wal1 = db_clock(engine)
             window.wal = wal1 - wal0
             after, idle1 = cpu.read(), machine_idle()
@@ -323,10 +325,12 @@ def report(result: Result, args: Plan) -> None:
     purged = sum(w.purged for w in busy)
     on_seconds = sum(w.seconds for w in busy)
     pace = purged / on_seconds
+    batches = sum(w.batches for w in busy) or 1
     print(f"purge (batch {args.batch}, pause {args.pause} s): {purged:,} rows in "
-          f"{sum(w.batches for w in busy)} batches, {pace:,.0f} rows/s while on "
-          f"(1,000,000 rows in {1e6 / pace / 60:.0f} min at this pace); longest batch "
-          f"transaction {max(w.longest_batch for w in busy) * 1000:.0f} ms")
+          f"{batches} batches, {pace:,.0f} rows/s while on "
+          f"(1,000,000 rows in {1e6 / pace / 60:.0f} min at this pace); batch transactions "
+          f"{sum(w.in_batches for w in busy) / batches * 1000:.0f} ms on average, the longest "
+          f"{max(w.longest_batch for w in busy) * 1000:.0f} ms")
     print("CPU seconds per second:        quiet  purging")
     for key in windows[0].cpu:
         q = sum(w.cpu[key] for w in quiet) / sum(w.seconds for w in quiet)
