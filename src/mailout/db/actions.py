@@ -96,8 +96,9 @@ def log_purge(conn: Connection, older_than: timedelta, statuses: Sequence[str], 
               *, actor: str, reason: str | None = None) -> None:
     """Log a purge before it runs, with the number of rows it was confirmed for.
 
-    A purge deletes in many short transactions (see :func:`admin.purge`), so it is
-    logged once, up front, rather than once per batch.
+    A purge deletes in many short transactions (see
+    :func:`mailout.db.purging.purge_in_batches`), so it is logged once, up front,
+    rather than once per batch.
     """
     days = older_than.total_seconds() / 86400
     record(conn, actor=actor, action=AuditAction.PURGE,
