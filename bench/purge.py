@@ -9,7 +9,9 @@ seconds: quiet, purging, quiet, ..., quiet. The drain rate of each window comes 
 the rows' ``sent_at`` (database clock), so quiet and purging windows see the same
 table, the same worker and the same machine load, interleaved. Printed: the median
 rate of each kind, and each purging window against the mean of the quiet windows
-either side of it (their median), which cancels a drift over the run.
+either side of it (their median), which cancels a drift over the run. ``--pause
+0.25,0.5,0`` compares several pauses in one run: the purging windows take them in
+turn.
 
 Also per mode: CPU seconds per second of the worker process, of its PostgreSQL
 backends, of the purge's backend and of the vacuum stand-in (``/proc``: the server
@@ -20,7 +22,7 @@ batch transaction (how long it held its row locks), and the time 1,000,000 rows
 would take at that pace.
 
     .venv/bin/python -m bench.purge [-n 200000] [--history 1000000] [--windows 11]
-        [--window 6] [--batch 1000] [--pause 0.25]
+        [--window 6] [--batch 1000] [--pause 0.25[,0.5,0...]]
 """
 
 from __future__ import annotations
@@ -74,19 +76,22 @@ class Plan:
     window: float = 6.0
     warmup: float = 5.0  # worker start-up, and the drain settling after the fill
     batch: int = purging.DEFAULT_BATCH
-    pause: float = purging.DEFAULT_PAUSE
+    pauses: tuple[float, ...] = (purging.DEFAULT_PAUSE,)  # taken in turn by purging windows
+
+
+Mode = float | None  # the purge's pause in a window; None: no purge (quiet)
 
 
 @dataclass
 class Result:
     windows: list[Window]
-    waits: dict[bool, Counter[str]]  # purging? -> wait event -> samples
+    waits: dict[Mode, Counter[str]]  # mode -> wait event -> samples
     vacuuming: bool  # the benchmark stood in for autovacuum
 
 
 @dataclass
 class Window:
-    purging: bool
+    pause: Mode
     start: datetime  # database clock
     end: datetime | None = None
     sent: int = 0
@@ -97,6 +102,10 @@ class Window:
     longest_batch: float = 0.0
     in_batches: float = 0.0  # seconds inside batch transactions
     wal: float = 0.0  # bytes written, server-wide
+
+    @property
+    def purging(self) -> bool:
+        return self.pause is not None
 
     @property
     def seconds(self) -> float:
@@ -149,9 +158,9 @@ def machine_idle() -> tuple[float, float]:
     return float(values[3] + values[4]), float(sum(values))
 
 
-def sample_waits(engine: Engine, stop: threading.Event, purging_now: threading.Event,
-                 out: dict[bool, Counter[str]]) -> None:
-    """What the worker's active backends wait on, every 50 ms, by purge mode."""
+def sample_waits(engine: Engine, stop: threading.Event, mode: list[Mode],
+                 out: dict[Mode, Counter[str]]) -> None:
+    """What the worker's active backends wait on, every 50 ms, by ``mode[0]``."""
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         while not stop.wait(0.05):
@@ -159,7 +168,7 @@ def sample_waits(engine: Engine, stop: threading.Event, purging_now: threading.E
                 "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') "
                 "FROM pg_stat_activity WHERE application_name = :app AND state = 'active'"),
                 {"app": APP["worker"]}).scalars().all()
-            counter = out[purging_now.is_set()]
+            counter = out.setdefault(mode[0], Counter())
             counter["samples"] += 1
             counter.update(rows)
 
@@ -183,21 +192,21 @@ class Purger:
     """A purge switched on and off: each on-window runs purge_in_batches in a thread
     until the window's stop event."""
 
-    def __init__(self, url: str, batch: int, pause: float) -> None:
+    def __init__(self, url: str, batch: int) -> None:
         self.engine = db.make_engine(url, connect_args={"application_name": APP["purge"]})
-        self.batch, self.pause = batch, pause
+        self.batch = batch
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
         self.result: purging.PurgeTotals | None = None
 
-    def start(self) -> None:
+    def start(self, pause: float) -> None:
         self.stop = threading.Event()
         self.result = None
 
         def run() -> None:
             self.result = purging.purge_in_batches(
                 self.engine, timedelta(days=10), ["sent"], batch=self.batch,
-                pause=self.pause, stop=self.stop)
+                pause=pause, stop=self.stop)
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
@@ -234,23 +243,24 @@ def measure(engine: Engine, url: str, env: dict[str, str], templates: Path,
     seed_history(engine, plan.history)
     fill(engine, plan.n, templates, "drain")
     vacuum_analyze(engine)
-    waits: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+    waits: dict[Mode, Counter[str]] = {}
     with stand_in_autovacuum(url, application_name=APP["vacuum"]) as vacuuming:
         windows = run_windows(engine, url, env, plan, waits)
     return Result(windows, waits, vacuuming)
 
 
 def run_windows(engine: Engine, url: str, env: dict[str, str], args: Plan,
-                waits: dict[bool, Counter[str]]) -> list[Window]:
+                waits: dict[Mode, Counter[str]]) -> list[Window]:
     errors = tempfile.TemporaryFile()  # noqa: SIM115  # closed in the finally below
     worker = subprocess.Popen([sys.executable, "-m", "mailout", "worker", "--until-idle"],
                               env={**env, "PGAPPNAME": APP["worker"]},
                               stdout=subprocess.DEVNULL, stderr=errors)
-    purger = Purger(url, args.batch, args.pause)
+    purger = Purger(url, args.batch)
     cpu = Cpu(engine, worker.pid)
-    stop_sampling, purging_now = threading.Event(), threading.Event()
+    stop_sampling = threading.Event()
+    mode: list[Mode] = [None]  # what the current window does, for the sampler
     sampler = threading.Thread(target=sample_waits,
-                               args=(engine, stop_sampling, purging_now, waits), daemon=True)
+                               args=(engine, stop_sampling, mode, waits), daemon=True)
     windows: list[Window] = []
     try:
         time.sleep(args.warmup)  # imports, connections, the first claims
@@ -263,17 +273,17 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: Plan,
                     raise RuntimeError(f"worker exited with {worker.returncode}:\n{tail}")
                 print("  (the backlog ran out: raise -n)", flush=True)
                 break
-            on = i % 2 == 1
+            pause = args.pauses[i // 2 % len(args.pauses)] if i % 2 else None
             start, wal0 = db_clock(engine)
-            window = Window(on, start)
+            window = Window(pause, start)
             before, idle0 = cpu.read(), machine_idle()
-            if on:
-                purging_now.set()
-                purger.start()
+            if pause is not None:
+                mode[0] = pause
+                purger.start(pause)
             time.sleep(args.window)
-            if on:
+            if pause is not None:
                 totals = purger.finish()
-                purging_now.clear()
+                mode[0] = None
                 window.purged, window.batches = totals.messages, totals.batches
                 window.longest_batch = totals.longest_batch
                 window.in_batches = totals.in_batches
@@ -283,7 +293,7 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: Plan,
             window.cpu = {k: after[k] - before[k] for k in after}
             window.idle = (idle1[0] - idle0[0]) / max(1.0, idle1[1] - idle0[1])
             windows.append(window)
-            print(f"  window {i + 1}: {'purging' if on else 'quiet  '} "
+            print(f"  window {i + 1}: {'quiet' if pause is None else f'pause {pause}':<10} "
                   f"{window.seconds:.1f} s", flush=True)
     finally:
         stop_sampling.set()
@@ -298,59 +308,74 @@ def run_windows(engine: Engine, url: str, env: dict[str, str], args: Plan,
 
 
 def report(result: Result, args: Plan) -> None:
-    windows, waits = result.windows, result.waits
+    windows = result.windows
     if result.vacuuming:
         print("(the server runs without autovacuum: the outbox table was vacuumed every 5 s "
               "instead, by the 'vacuum' backend)")
     quiet = [w for w in windows if not w.purging]
-    busy = [w for w in windows if w.purging]
-    if not quiet or not busy:
+    modes = sorted({w.pause for w in windows if w.pause is not None})
+    if not quiet or not modes:
         print("not enough windows")
         return
-    print("\nper window (msg/s): "
-          + ", ".join(f"{'P' if w.purging else 'q'} {w.rate:.0f}" for w in windows))
+    print("\nper window (msg/s): " + ", ".join(
+        f"{'q' if w.pause is None else f'P{w.pause}'} {w.rate:.0f}" for w in windows))
     q_rate = statistics.median(w.rate for w in quiet)
+    print(f"drain rate, median of {len(quiet)} quiet windows: {q_rate:.0f} msg/s")
+    for pause in modes:
+        _report_purge(windows, pause, q_rate, args.batch)
+    _report_resources(result, [None, *modes])
+    print(f"(load average {os.getloadavg()[0]:.1f})")
+
+
+def _neighbour_ratios(windows: list[Window], pause: float) -> list[float]:
+    """Each window purging at ``pause`` against the quiet windows either side of it:
+    the drain slows as the run goes on (the table grows, other jobs come and go), and
+    a window compared with its own neighbours carries none of that trend."""
+    ratios = []
+    for i, w in enumerate(windows):
+        neighbours = [n.rate for n in windows[max(0, i - 1):i + 2] if not n.purging]
+        if w.pause == pause and neighbours:
+            ratios.append(w.rate / statistics.mean(neighbours))
+    return ratios
+
+
+def _report_purge(windows: list[Window], pause: float, q_rate: float, batch: int) -> None:
+    busy = [w for w in windows if w.pause == pause]
     p_rate = statistics.median(w.rate for w in busy)
-    # Each purging window against the quiet windows either side of it: the drain
-    # slows as the run goes on (the table grows, other jobs come and go), and a
-    # purging window compared with its own neighbours carries none of that trend.
-    ratios = [w.rate / statistics.mean(n.rate for n in neighbours)
-              for i, w in enumerate(windows) if w.purging
-              for neighbours in [[n for n in windows[max(0, i - 1):i + 2] if not n.purging]]
-              if neighbours]
-    print(f"drain rate, median of {len(quiet)} quiet windows: {q_rate:.0f} msg/s; of "
-          f"{len(busy)} purging windows: {p_rate:.0f} msg/s ({p_rate / q_rate:.0%})")
-    print(f"each purging window against its quiet neighbours: "
-          f"{', '.join(f'{r:.0%}' for r in ratios)}; median {statistics.median(ratios):.0%}")
-    purged = sum(w.purged for w in busy)
-    on_seconds = sum(w.seconds for w in busy)
-    pace = purged / on_seconds
-    batches = sum(w.batches for w in busy) or 1
-    print(f"purge (batch {args.batch}, pause {args.pause} s): {purged:,} rows in "
-          f"{batches} batches, {pace:,.0f} rows/s while on "
-          f"(1,000,000 rows in {1e6 / pace / 60:.0f} min at this pace); batch transactions "
-          f"{sum(w.in_batches for w in busy) / batches * 1000:.0f} ms on average, the longest "
-          f"{max(w.longest_batch for w in busy) * 1000:.0f} ms")
-    print("CPU seconds per second:        quiet  purging")
+    ratios = _neighbour_ratios(windows, pause)
+    print(f"\npurge with pause {pause} s: drain rate, median of {len(busy)} windows, "
+          f"{p_rate:.0f} msg/s ({p_rate / q_rate:.0%} of quiet); against their quiet "
+          f"neighbours {', '.join(f'{r:.0%}' for r in ratios)}: "
+          f"median {statistics.median(ratios):.0%}")
+    purged, batches = sum(w.purged for w in busy), sum(w.batches for w in busy) or 1
+    pace = purged / sum(w.seconds for w in busy)
+    print(f"  {purged:,} rows in {batches} batches of up to {batch}, {pace:,.0f} rows/s "
+          f"(1,000,000 rows in {1e6 / max(pace, 1) / 60:.0f} min); batch transactions "
+          f"{sum(w.in_batches for w in busy) / batches * 1000:.0f} ms on average, the "
+          f"longest {max(w.longest_batch for w in busy) * 1000:.0f} ms")
+
+
+def _report_resources(result: Result, modes: list[Mode]) -> None:
+    windows = result.windows
+    by_mode = {m: [w for w in windows if w.pause == m] for m in modes}
+    seconds = {m: sum(w.seconds for w in ws) for m, ws in by_mode.items()}
+    labels = ["quiet" if m is None else f"P{m}" for m in modes]
+    print(f"\n{'per second of each kind of window:':<40}{''.join(f'{x:>9}' for x in labels)}")
     for key in windows[0].cpu:
-        q = sum(w.cpu[key] for w in quiet) / sum(w.seconds for w in quiet)
-        p = sum(w.cpu[key] for w in busy) / on_seconds
-        print(f"  {key:<26}{q:>7.2f}  {p:>7.2f}")
-    q_wal = sum(w.wal for w in quiet) / sum(w.seconds for w in quiet)
-    p_wal = sum(w.wal for w in busy) / on_seconds
-    print(f"  {'WAL MB/s (server-wide)':<26}{q_wal / 1e6:>7.2f}  {p_wal / 1e6:>7.2f}")
-    q_idle = statistics.mean(w.idle for w in quiet)
-    p_idle = statistics.mean(w.idle for w in busy)
-    print(f"  {'machine idle share':<26}{q_idle:>7.0%}  {p_idle:>7.0%}")
-    print("worker backends' waits (share of active samples):")
-    for mode, label in ((False, "quiet"), (True, "purging")):
-        counter = waits[mode]
+        print(f"  {key + ' (CPU s)':<38}" + "".join(
+            f"{sum(w.cpu[key] for w in by_mode[m]) / seconds[m]:>9.2f}" for m in modes))
+    print(f"  {'WAL MB (server-wide)':<38}" + "".join(
+        f"{sum(w.wal for w in by_mode[m]) / seconds[m] / 1e6:>9.2f}" for m in modes))
+    print(f"  {'machine idle share':<38}" + "".join(
+        f"{statistics.mean(w.idle for w in by_mode[m]):>9.0%}" for m in modes))
+    print("worker backends' waits (share of their active samples):")
+    for m, label in zip(modes, labels, strict=True):
+        counter = result.waits.get(m, Counter())
         total = sum(v for k, v in counter.items() if k != "samples") or 1
-        top = ", ".join(f"{k} {v / total:.0%}" for k, v in counter.most_common(7)
+        top = ", ".join(f"{k} {v / total:.0%}" for k, v in counter.most_common(6)
                         if k != "samples")
         locks = sum(v for k, v in counter.items() if k.startswith("Lock:"))
-        print(f"  {label:<8} {top}; heavyweight lock waits {locks / total:.1%}")
-    print(f"(load average {os.getloadavg()[0]:.1f})")
+        print(f"  {label:<7} {top}; heavyweight lock waits {locks / total:.1%}")
 
 
 def main() -> None:
@@ -365,11 +390,13 @@ def main() -> None:
                     help="seconds per window")
     ap.add_argument("--warmup", type=float, default=default.warmup)
     ap.add_argument("--batch", type=int, default=default.batch)
-    ap.add_argument("--pause", type=float, default=default.pause)
+    ap.add_argument("--pause", default=",".join(map(str, default.pauses)),
+                    help="the purge's pause; several (0.25,0.5) are taken in turn by the "
+                         "purging windows, to compare them in one run")
     ap.add_argument("--concurrency", type=int, default=20)
     args = ap.parse_args()
     plan = Plan(args.n, args.history, args.windows, args.window, args.warmup, args.batch,
-                args.pause)
+                tuple(float(p) for p in args.pause.split(",")))
     with tempfile.TemporaryDirectory() as tmp, scratch_database() as url, smtp_sink() as port:
         templates = write_templates(Path(tmp))
         engine = db.make_engine(url)
