@@ -9,9 +9,10 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from mailout.attempt import Context, after_unknown, decide, key_window, window_left
+from mailout.attempt import Context, decide
 from mailout.models import ClaimedMessage, OnUnknown, Outcome, Status
 from mailout.policy import RetryPolicy
+from mailout.redelivery import after_unknown, key_window, window_left
 from mailout.render import Renderer
 from mailout.transports.base import Decision, SendResult, Transport
 from mailout.transports.memory import MemoryTransport
@@ -43,29 +44,29 @@ NO_KEY = MemoryTransport(name="postmark")
 
 
 def test_inside_the_window_the_resend_goes_out_even_under_hold() -> None:
-    plan = after_unknown(msg(3600), ctx(RESEND, OnUnknown.HOLD))
+    plan = after_unknown(msg(3600), RESEND, OnUnknown.HOLD)
     assert plan is not None
     assert plan.transport is RESEND
     assert "inside resend's 86400s key window" in plan.note
 
 
 def test_past_the_window_the_policy_decides() -> None:
-    assert after_unknown(msg(DAY), ctx(RESEND, OnUnknown.HOLD)) is None
-    plan = after_unknown(msg(DAY), ctx(RESEND, OnUnknown.RESEND))
+    assert after_unknown(msg(DAY), RESEND, OnUnknown.HOLD) is None
+    plan = after_unknown(msg(DAY), RESEND, OnUnknown.RESEND)
     assert plan is not None
     assert "past resend's 86400s key window" in plan.note
 
 
 def test_the_margin_keeps_a_resend_out_of_the_windows_last_stretch() -> None:
     # 23 h 30 min after the first attempt: inside 24 h, but not with an hour to spare.
-    assert after_unknown(msg(DAY - 1800), ctx(RESEND, OnUnknown.HOLD)) is None
+    assert after_unknown(msg(DAY - 1800), RESEND, OnUnknown.HOLD) is None
     assert window_left(DAY, NOW - timedelta(hours=1), NOW) == DAY - 3600 - 3600
 
 
 def test_without_key_support_the_policy_decides() -> None:
     no_key = msg(10, via="postmark")
-    assert after_unknown(no_key, ctx(NO_KEY, OnUnknown.HOLD)) is None
-    plan = after_unknown(no_key, ctx(NO_KEY))
+    assert after_unknown(no_key, NO_KEY, OnUnknown.HOLD) is None
+    plan = after_unknown(no_key, NO_KEY, OnUnknown.RESEND)
     assert plan is not None
     assert "postmark drops no repeated key" in plan.note
 
@@ -73,26 +74,26 @@ def test_without_key_support_the_policy_decides() -> None:
 def test_an_unknown_through_another_transport_is_not_covered_by_this_ones_window() -> None:
     assert key_window(RESEND, "smtp") == ("smtp", None)  # MAILOUT_TRANSPORT changed
     assert key_window(RESEND, "*") == ("*", None)  # several transports had it
-    assert after_unknown(msg(10, via="smtp"), ctx(RESEND, OnUnknown.HOLD)) is None
+    assert after_unknown(msg(10, via="smtp"), RESEND, OnUnknown.HOLD) is None
 
 
 def test_under_failover_the_resend_is_pinned_to_the_member_that_had_it() -> None:
     a, b = MemoryTransport(name="resend", dedupe_window=DAY), MemoryTransport(name="smtp")
     multi = MultiTransport(Mode.FAILOVER, [("resend", a), ("smtp", b)])
-    plan = after_unknown(msg(60, via="resend"), ctx(multi, OnUnknown.HOLD))
+    plan = after_unknown(msg(60, via="resend"), multi, OnUnknown.HOLD)
     assert plan is not None
     assert plan.transport is not multi  # a route: that member only
     # An unknown through the member without a key, under hold: parked.
-    assert after_unknown(msg(60, via="smtp"), ctx(multi, OnUnknown.HOLD)) is None
+    assert after_unknown(msg(60, via="smtp"), multi, OnUnknown.HOLD) is None
     # Which member had it is not known (a killed worker): never covered.
-    assert after_unknown(msg(60, via="failover"), ctx(multi, OnUnknown.HOLD)) is None
+    assert after_unknown(msg(60, via="failover"), multi, OnUnknown.HOLD) is None
 
 
 async def test_a_pinned_route_never_hands_the_message_to_another_member() -> None:
     a, b = MemoryTransport(name="resend", dedupe_window=DAY), MemoryTransport(name="smtp")
     a.answer_always(SendResult(Decision.OUTAGE, "connect_failed"))
     multi = MultiTransport(Mode.FAILOVER, [("resend", a), ("smtp", b)])
-    plan = after_unknown(msg(60, via="resend"), ctx(multi, OnUnknown.HOLD))
+    plan = after_unknown(msg(60, via="resend"), multi, OnUnknown.HOLD)
     assert plan is not None
     from tests.unit.test_multi_transport import envelope
 
