@@ -13,9 +13,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Float, bindparam, delete, func, select, text
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Float,
+    String,
+    bindparam,
+    column,
+    delete,
+    func,
+    select,
+    text,
+)
 
-from mailout.db import dialects
+from mailout.db import dialects, direct
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
 from mailout.exceptions import InvalidMessage
 from mailout.models import Status
@@ -53,7 +64,12 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
     params = [_insert_params(r) for r in first.values()]
     created: dict[str, Stored] = {}
     if params:
-        if dialects.writes_batches_as_json(conn):
+        if len(params) == 1 and dialects.writes_batches_as_json(conn):
+            # One row (every enqueue()): a plain VALUES statement, no JSON batch.
+            result: Any = direct.fetch(conn, _ONE_NOTIFY_PG if notify else _ONE_PG,
+                                       _one_row(params[0]))
+            notify = False
+        elif dialects.writes_batches_as_json(conn):
             # One statement and one parameter whatever the batch size: SQLAlchemy's
             # multi-VALUES batches make psycopg parse a new query text of thousands of
             # placeholders each time.
@@ -172,6 +188,48 @@ WITH ins AS ({_INSERT_PG.text.strip()}, queue)
 SELECT ins.id, ins.idempotency_key, ins.message_id
 FROM ins, LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', ins.queue)) AS n
 """)  # noqa: S608 - as above
+
+
+_RETURNED = (column("id", BigInteger), column("idempotency_key", String),
+             column("message_id", String))
+_JSON_COLUMNS = ("params", "headers", "addresses")
+
+
+def _one_value(name: str) -> str:
+    return f"CAST(:{name} AS jsonb)" if name in _JSON_COLUMNS else f":{name}"
+
+
+# One row as a plain INSERT ... VALUES: what _INSERT_PG does for a batch, without
+# building and parsing a JSON document and a recordset for a single row. Typed result
+# columns let SQLAlchemy (when it runs it, see mailout.db.direct) cache the result's
+# metadata with the statement.
+_ONE_PG = text(f"""
+INSERT INTO {messages.name} ({", ".join(_LITERAL_COLUMNS)}, status, created_at,
+    next_attempt_at, expires_at)
+VALUES ({", ".join(_one_value(c) for c in _LITERAL_COLUMNS)}, '{Status.PENDING.value}',
+    clock_timestamp(), COALESCE(CAST(:send_at AS timestamptz), clock_timestamp()),
+    COALESCE(CAST(:expires_at AS timestamptz),
+             clock_timestamp() + make_interval(secs => CAST(:expires_in AS float8))))
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, idempotency_key, message_id
+""").columns(*_RETURNED)  # noqa: S608 - only this module's constants are interpolated
+_ONE_NOTIFY_PG = text(f"""
+WITH ins AS ({_ONE_PG.element.text.strip()}, queue)
+SELECT ins.id, ins.idempotency_key, ins.message_id
+FROM ins, LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', ins.queue)) AS n
+""").columns(*_RETURNED)  # noqa: S608 - as above
+# Built once: json.dumps() with any option builds a new encoder on every call.
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
+                                 default=json_default)
+
+
+def _one_row(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of _ONE_PG: the JSON columns as JSON text, the rest as they are."""
+    row = dict(params)
+    for name in _JSON_COLUMNS:
+        if row[name] is not None:
+            row[name] = _JSON_ENCODER.encode(row[name])
+    return row
 
 
 def _insert_rows(params: Sequence[Mapping[str, Any]]) -> dict[str, str]:
