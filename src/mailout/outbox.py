@@ -190,6 +190,7 @@ def _validated_row(
         compose.attachments(msg.attachments, max_bytes=settings.max_attachment_bytes)
     row["attachment_digest"] = stored_attachments.list_digest(parts) if parts else None
     row["attachments"] = parts  # not a column: linked after the insert
+    row["params_json"] = None  # not a column: the params as JSON text, once encoded
     if msg.template is not None:
         checked = None if templates is None else templates.get((msg.template, row["locale"]))
         if checked is None:
@@ -197,7 +198,8 @@ def _validated_row(
             if templates is not None:
                 templates[(msg.template, row["locale"])] = checked
         row["template"], row["schema_version"], variant, needed = checked
-        row["params"], params_size = validate.params({} if msg.params is None else msg.params)
+        row["params"], row["params_json"], params_size = validate.params(
+            {} if msg.params is None else msg.params)
         if variant is not None:
             template_params.check_params(variant, needed, row["params"])
     else:

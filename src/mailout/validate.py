@@ -316,7 +316,7 @@ def key(value: object) -> str:
         raise InvalidMessage("key", "must not be empty")
     if len(raw) > KEY_MAX:
         raise InvalidMessage("key", f"is {len(raw)} characters long, the limit is {KEY_MAX}")
-    if not all(" " <= ch <= "~" for ch in raw):
+    if not (raw.isascii() and raw.isprintable()):  # printable ASCII: " " to "~"
         raise InvalidMessage("key", "must be printable ASCII")
     return raw
 
@@ -346,22 +346,43 @@ def template_name(value: object, templates_dir: Path | None) -> str:
     return raw
 
 
-def params(value: object) -> tuple[dict[str, Any], int]:
+def params(value: object) -> tuple[dict[str, Any], str, int]:
     """Template params: a JSON object that survives a round trip unchanged.
 
-    Returns the params and their size in bytes as UTF-8 JSON, for :func:`size`.
+    Returns the params, their JSON text and its size in bytes as UTF-8, for
+    :func:`size`.
     """
     if not isinstance(value, Mapping):
         raise InvalidMessage("params", "must be a mapping (a JSON object)")
-    _check_json("params", value, PARAMS_MAX_DEPTH)
+    encoded = _plainly_json(value)
+    if encoded is None:  # the full check, for its precise error or a nested object
+        _check_json("params", value, PARAMS_MAX_DEPTH)
+        try:
+            encoded = _PARAMS_ENCODER.encode(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessage("params", f"not JSON-serializable: {exc}") from None
     try:
-        encoded = _PARAMS_ENCODER.encode(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessage("params", f"not JSON-serializable: {exc}") from None
-    try:
-        return dict(value), len(encoded.encode("utf-8"))
+        return dict(value), encoded, len(encoded.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidMessage("params", "is not valid Unicode (lone surrogate)") from None
+
+
+def _plainly_json(value: Mapping[Any, Any]) -> str | None:
+    """The JSON text of ``value`` when it plainly passes :func:`_check_json`, found
+    without walking it in Python: the C encoder refuses other types, NaN, cycles and
+    very deep nesting; no ``\\u0000`` in its output means no NUL; fewer brackets than
+    the depth limit bound the nesting; and with no object below the top one, the top
+    one's keys are all the keys there are. None: walk it (a nested object, or a
+    refusal to explain)."""
+    try:
+        encoded = _PARAMS_ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):  # the walk says which, in its words
+        return None
+    objects = encoded.count("{")
+    if objects != 1 or objects + encoded.count("[") >= PARAMS_MAX_DEPTH \
+            or "\\u0000" in encoded or not all(isinstance(k, str) for k in value):
+        return None
+    return encoded
 
 
 def _check_json(field: str, value: object, depth: int) -> None:

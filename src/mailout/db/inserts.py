@@ -61,15 +61,13 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
     first: dict[str, Mapping[str, Any]] = {}
     for row in rows:
         first.setdefault(row["idempotency_key"], row)
+    if len(first) == 1 and dialects.writes_batches_as_json(conn):
+        # One row (every enqueue()): a plain INSERT ... VALUES, no JSON batch.
+        return _insert_one(conn, next(iter(first.values())), notify)
     params = [_insert_params(r) for r in first.values()]
     created: dict[str, Stored] = {}
     if params:
-        if len(params) == 1 and dialects.writes_batches_as_json(conn):
-            # One row (every enqueue()): a plain VALUES statement, no JSON batch.
-            result: Any = direct.fetch(conn, _ONE_NOTIFY_PG if notify else _ONE_PG,
-                                       _one_row(params[0]))
-            notify = False
-        elif dialects.writes_batches_as_json(conn):
+        if dialects.writes_batches_as_json(conn):
             # One statement and one parameter whatever the batch size: SQLAlchemy's
             # multi-VALUES batches make psycopg parse a new query text of thousands of
             # placeholders each time.
@@ -89,13 +87,31 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
         notify_queues(conn, {first[k]["queue"] for k in created})
     missing = [k for k in first if k not in created]
     if missing:
-        cols = [messages.c.id, messages.c.idempotency_key, messages.c.message_id]
-        cols += [messages.c[c] for c in CONTENT_COLUMNS]
-        found = conn.execute(select(*cols).where(messages.c.idempotency_key.in_(missing)))
-        for r in found:
-            m = r._mapping
-            created[m["idempotency_key"]] = Stored(m["id"], m["message_id"], False, dict(m))
+        created.update(_existing(conn, missing))
     return created
+
+
+def _insert_one(conn: Connection, row: Mapping[str, Any], notify: bool) -> dict[str, Stored]:
+    """PostgreSQL, one row: :data:`_ONE_PG` (with the NOTIFY riding in it), through
+    :func:`mailout.db.direct.fetch`; a key already present is read back."""
+    key = row["idempotency_key"]
+    found = direct.fetch(conn, _ONE_NOTIFY_PG if notify else _ONE_PG, _one_row(row))
+    if found:
+        rid, _, mid = found[0]
+        return {key: Stored(rid, mid, True, row)}
+    return _existing(conn, [key])
+
+
+def _existing(conn: Connection, keys: Sequence[str]) -> dict[str, Stored]:
+    """The rows already holding ``keys``, with their content (none of them ours)."""
+    cols = [messages.c.id, messages.c.idempotency_key, messages.c.message_id]
+    cols += [messages.c[c] for c in CONTENT_COLUMNS]
+    found = conn.execute(select(*cols).where(messages.c.idempotency_key.in_(list(keys))))
+    held: dict[str, Stored] = {}
+    for r in found:
+        m = r._mapping
+        held[m["idempotency_key"]] = Stored(m["id"], m["message_id"], False, dict(m))
+    return held
 
 
 _LARGE_COLUMNS = ("subject", "body_text", "body_html", "params", "headers", "addresses")
@@ -203,7 +219,7 @@ def _one_value(name: str) -> str:
 # building and parsing a JSON document and a recordset for a single row. Typed result
 # columns let SQLAlchemy (when it runs it, see mailout.db.direct) cache the result's
 # metadata with the statement.
-_ONE_PG = text(f"""
+_ONE_PG_SQL = f"""
 INSERT INTO {messages.name} ({", ".join(_LITERAL_COLUMNS)}, status, created_at,
     next_attempt_at, expires_at)
 VALUES ({", ".join(_one_value(c) for c in _LITERAL_COLUMNS)}, '{Status.PENDING.value}',
@@ -212,9 +228,10 @@ VALUES ({", ".join(_one_value(c) for c in _LITERAL_COLUMNS)}, '{Status.PENDING.v
              clock_timestamp() + make_interval(secs => CAST(:expires_in AS float8))))
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, idempotency_key, message_id
-""").columns(*_RETURNED)  # noqa: S608 - only this module's constants are interpolated
+"""  # noqa: S608 - only this module's constants are interpolated; values are bound
+_ONE_PG = text(_ONE_PG_SQL).columns(*_RETURNED)
 _ONE_NOTIFY_PG = text(f"""
-WITH ins AS ({_ONE_PG.element.text.strip()}, queue)
+WITH ins AS ({_ONE_PG_SQL.strip()}, queue)
 SELECT ins.id, ins.idempotency_key, ins.message_id
 FROM ins, LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', ins.queue)) AS n
 """).columns(*_RETURNED)  # noqa: S608 - as above
@@ -223,13 +240,16 @@ _JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
                                  default=json_default)
 
 
-def _one_row(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters of _ONE_PG: the JSON columns as JSON text, the rest as they are."""
-    row = dict(params)
+def _one_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of _ONE_PG: the JSON columns as JSON text (the params as
+    validation encoded them, ``row["params_json"]``, when there), the rest as they are."""
+    params = _insert_params(row)
+    encoded = row.get("params_json")
     for name in _JSON_COLUMNS:
-        if row[name] is not None:
-            row[name] = _JSON_ENCODER.encode(row[name])
-    return row
+        if params[name] is not None:
+            params[name] = encoded if name == "params" and encoded is not None \
+                else _JSON_ENCODER.encode(params[name])
+    return params
 
 
 def _insert_rows(params: Sequence[Mapping[str, Any]]) -> dict[str, str]:
