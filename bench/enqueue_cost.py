@@ -3,16 +3,23 @@
 1. One connection. Each transaction inserts one business row (an order) and then
    either nothing more, a hand-written INSERT of the same outbox row enqueue writes
    (no validation, no NOTIFY), ``enqueue()`` without NOTIFY, or ``enqueue()`` with it
-   (the default). The four kinds alternate in blocks so that drift in the machine's
-   speed hits all alike. Prints the time each adds to the order-only transaction and
-   the ratio of enqueue's addition to the bare INSERT's (target <= 1.25).
+   (the default). The four kinds alternate in blocks of ``--block`` transactions so
+   that drift in the machine's speed hits all alike. Prints the time each adds to the
+   order-only transaction and the ratio of enqueue's addition to the bare INSERT's
+   (target <= 1.25); client CPU is the median over each kind's blocks of the block's
+   mean, so that a block slowed by another process's burst does not move it.
 2. ``--clients`` processes (default 16), each with its own connection, run the same
    order + outbox transactions as fast as they can for ``--seconds``; the kinds
    alternate in rounds, and each prints transactions per second over all clients.
    PostgreSQL serialises the commits of transactions that NOTIFY (a database-wide
    lock held through the commit's WAL flush); this shows what that costs.
+3. ``--instructions SRC [SRC ...]``: instead of 1 and 2, the client's instructions
+   per transaction of each kind, counted by valgrind for each source tree given (this
+   checkout's ``src``, an older commit's...): a before/after figure the load of a
+   shared machine cannot move. See :func:`count_instructions`.
 
     .venv/bin/python -m bench.enqueue_cost [--transactions 4000] [--clients 16] [--seconds 5]
+    .venv/bin/python -m bench.enqueue_cost --instructions /tmp/main/src src
 """
 
 from __future__ import annotations
@@ -20,8 +27,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -86,9 +99,10 @@ def _transaction(engine: Engine, kind: str, n: int) -> None:
 
 def single(url: str, total: int, block: int,
            warmup: int = 200) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Per kind: each transaction's wall time, and this process's CPU time for it (the
-    application's side of the cost: the wall time of one connection is mostly the
-    commit's WAL flush, the same for every kind)."""
+    """Per kind: each transaction's wall time, and each block's mean CPU time of this
+    process per transaction (the application's side of the cost: the wall time of one
+    connection is mostly the commit's WAL flush, the same for every kind). ``total``
+    transactions in all, a quarter of them per kind."""
     engine = db.make_engine(url)
     times: dict[str, list[float]] = {k: [] for k in KINDS}
     cpu: dict[str, list[float]] = {k: [] for k in KINDS}
@@ -96,13 +110,15 @@ def single(url: str, total: int, block: int,
     for b in range(-len(KINDS), total // block):
         kind = KINDS[b % len(KINDS)]
         size = warmup // len(KINDS) if b < 0 else block  # the first blocks only warm up
+        c0 = time.thread_time()
         for _ in range(size):
             n += 1
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0 = time.perf_counter()
             _transaction(engine, kind, n)
             if b >= 0:
                 times[kind].append(time.perf_counter() - t0)
-                cpu[kind].append(time.thread_time() - c0)
+        if b >= 0:
+            cpu[kind].append((time.thread_time() - c0) / size)
     engine.dispose()
     return times, cpu
 
@@ -149,24 +165,104 @@ def concurrent(url: str, clients: int, seconds: float, rounds: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--transactions", type=int, default=4000)
-    ap.add_argument("--block", type=int, default=200)
+    ap.add_argument("--transactions", type=int, default=4000,
+                    help="one-connection transactions in all, a quarter per kind")
+    ap.add_argument("--block", type=int, default=50,
+                    help="transactions per block; the kinds alternate by block")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--instructions", nargs="+", metavar="SRC",
+                    help="count instructions per transaction under valgrind for each "
+                         "source tree instead (e.g. /tmp/main/src src)")
+    ap.add_argument("-n", type=int, default=300,
+                    help="--instructions: transactions counted per kind (default 300)")
+    ap.add_argument("--child", nargs=4, metavar=("URL", "KIND", "N", "FIRST"),
+                    help=argparse.SUPPRESS)  # one counted run, under valgrind
     args = ap.parse_args()
+    if args.child:
+        _count_child(args.child[0], int(args.child[1]), int(args.child[2]),
+                     int(args.child[3]))
+        return
+    if args.instructions:
+        count_instructions(args.instructions, args.n)
+        return
     load = [os.getloadavg()[0]]
     with scratch_database() as url:
-        engine = db.make_engine(url)
-        migrate.upgrade(engine)
-        meta.create_all(engine)
-        engine.dispose()
+        _prepare(url)
         times, cpu = single(url, args.transactions, args.block)
         load.append(os.getloadavg()[0])
         rates = concurrent(url, args.clients, args.seconds, args.rounds, base=10**9) \
             if args.clients else {}
         load.append(os.getloadavg()[0])
     _report(times, cpu, rates, args, load)
+
+
+def _prepare(url: str) -> None:
+    engine = db.make_engine(url)
+    migrate.upgrade(engine)
+    meta.create_all(engine)
+    engine.dispose()
+
+
+_COLLECTED = re.compile(r"Collected : (\d+)")
+WARMUP = 30  # transactions of each kind before counting: caches, prepared statements
+
+
+def count_instructions(srcs: list[str], n: int) -> None:
+    """Per source tree: the client's instructions per transaction of each kind, and
+    what each adds to the order-only one. Each kind runs in a process of its own
+    under ``valgrind --tool=callgrind`` (about 50 times slower), after WARMUP
+    transactions of every kind; a run with the warm-up only is subtracted, so start-up
+    and imports do not count. PostgreSQL's work is another process's: not counted."""
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    found: dict[str, dict[str, float]] = {}
+    with scratch_database() as url, tempfile.TemporaryDirectory() as tmp:
+        _prepare(url)
+        for i, src in enumerate(srcs):
+            print(f"counting {src} ({len(KINDS) + 1} runs under valgrind)...", flush=True)
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+            runs = [_callgrind(env, Path(tmp) / f"{i}-{k}.out",
+                               [url, str(k), str(0 if k < 0 else n),
+                                str((i * 8 + k + 2) * 10_000_000)])
+                    for k in range(-1, len(KINDS))]
+            found[src] = {kind: (runs[k + 1] - runs[0]) / n for k, kind in enumerate(KINDS)}
+    print(f"\nclient instructions per transaction (valgrind, N={n} per kind; the machine's "
+          f"load average {os.getloadavg()[0]:.1f} does not matter here)")
+    print(f"{'':<28}" + "".join(f"{Path(s).resolve().parent.name[:18]:>20}" for s in srcs))
+    for kind in KINDS:
+        print(f"{kind:<28}" + "".join(f"{found[s][kind]:>20,.0f}" for s in srcs))
+    for kind in KINDS[2:]:
+        ratios = [(found[s][kind] - found[s][KINDS[0]]) / (found[s][KINDS[1]] - found[s][KINDS[0]])
+                  for s in srcs]
+        print(f"{kind + ' adds, x bare':<28}" + "".join(f"{r:>19.2f}x" for r in ratios))
+
+
+def _callgrind(env: dict[str, str], out: Path, child: list[str]) -> int:
+    """Instructions of one ``--child`` run under callgrind."""
+    with tempfile.TemporaryFile() as err:
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                        sys.executable, "-m", "bench.enqueue_cost", "--child", *child],
+                       env=env, stdout=subprocess.DEVNULL, stderr=err, check=True)
+        err.seek(0)
+        found = _COLLECTED.search(err.read().decode(errors="replace"))
+    if found is None:
+        raise RuntimeError("valgrind printed no instruction count")
+    return int(found.group(1))
+
+
+def _count_child(url: str, kind: int, n: int, first: int) -> None:
+    """WARMUP transactions of every kind, then ``n`` of KINDS[kind] (none when < 0)."""
+    engine = db.make_engine(url)
+    for warm in KINDS:
+        for _ in range(WARMUP):
+            first += 1
+            _transaction(engine, warm, first)
+    for _ in range(n if kind >= 0 else 0):
+        first += 1
+        _transaction(engine, KINDS[kind], first)
+    engine.dispose()
 
 
 def _report(times: dict[str, list[float]], cpu: dict[str, list[float]],
@@ -176,7 +272,8 @@ def _report(times: dict[str, list[float]], cpu: dict[str, list[float]],
         return statistics.median(xs) * 1000
 
     print(f"load average (1 min) {', '.join(f'{x:.1f}' for x in load)}")
-    print(f"\none connection, {args.transactions} transactions per kind")
+    print(f"\none connection, {args.transactions} transactions, "
+          f"{args.transactions // len(KINDS)} per kind")
     print(f"{'transaction':<28}{'n':>6}{'p50 ms':>9}{'mean ms':>9}{'adds p50':>10}"
           f"{'adds mean':>11}")
     base_p50, base_mean = ms(times[KINDS[0]]), statistics.fmean(times[KINDS[0]]) * 1000
@@ -191,11 +288,13 @@ def _report(times: dict[str, list[float]], cpu: dict[str, list[float]],
         p50_ratio, mean_ratio = added[kind][0] / bare[0], added[kind][1] / bare[1]
         print(f"{kind} adds {p50_ratio:.2f}x (p50), {mean_ratio:.2f}x (mean) what the bare "
               f"INSERT adds (target <= {TARGET_RATIO}x)")
-    print(f"\n{'client CPU per transaction':<28}{'mean us':>9}{'adds us':>9}")
-    base_cpu = statistics.fmean(cpu[KINDS[0]]) * 1e6
-    added_cpu = {k: statistics.fmean(cpu[k]) * 1e6 - base_cpu for k in KINDS}
+    print(f"\n{'client CPU per transaction':<28}{'median us':>10}{'adds us':>9}{'mean us':>9}"
+          f"   (over {len(cpu[KINDS[0]])} blocks of {args.block} per kind)")
+    base_cpu = statistics.median(cpu[KINDS[0]]) * 1e6
+    added_cpu = {k: statistics.median(cpu[k]) * 1e6 - base_cpu for k in KINDS}
     for kind in KINDS:
-        print(f"{kind:<28}{statistics.fmean(cpu[kind]) * 1e6:>9.0f}{added_cpu[kind]:>+9.0f}")
+        print(f"{kind:<28}{statistics.median(cpu[kind]) * 1e6:>10.0f}{added_cpu[kind]:>+9.0f}"
+              f"{statistics.fmean(cpu[kind]) * 1e6:>9.0f}")
     for kind in KINDS[2:]:
         print(f"{kind} adds {added_cpu[kind] / added_cpu[KINDS[1]]:.2f}x the CPU the bare "
               f"INSERT adds (target <= {TARGET_RATIO}x)")
