@@ -83,6 +83,34 @@ class EnqueueSettings:
         )
 
 
+# Every variable from_env() reads: enqueue without settings parses them again only
+# when one of them changed (tests/unit/test_enqueue_settings.py checks this list).
+ENV_NAMES = ("MAILOUT_TEMPLATES", "MAILOUT_MESSAGE_ID_DOMAIN", "MAIL_FROM",
+             "MAILOUT_MAX_MESSAGE_BYTES", "MAILOUT_MAX_ATTACHMENT_BYTES",
+             "MAILOUT_MAX_RECIPIENTS", "MAILOUT_MAX_AGE_SECONDS", "MAILOUT_QUEUE_POLICIES",
+             "MAILOUT_NOTIFY")
+_FROM_ENV: dict[tuple[object, ...], EnqueueSettings] = {}  # the parses remembered
+_FROM_ENV_KEPT = 8  # environments remembered at most (tests change them often)
+
+
+def _settings_from_env() -> EnqueueSettings:
+    """``EnqueueSettings.from_env()`` of this process, parsed again only when one of
+    ENV_NAMES changed or, with MAILOUT_TEMPLATES unset, ./templates appeared or went
+    (parsing is about 20 us, much of an enqueue). Errors are raised on every call, as
+    nothing is remembered from a failed parse."""
+    env = os.environ
+    key: tuple[object, ...] = tuple(env.get(name) for name in ENV_NAMES)
+    if not key[0]:
+        key += (os.path.isdir(DEFAULT_TEMPLATES),)
+    settings = _FROM_ENV.get(key)
+    if settings is None:
+        settings = EnqueueSettings.from_env()
+        if len(_FROM_ENV) >= _FROM_ENV_KEPT:
+            _FROM_ENV.clear()
+        _FROM_ENV[key] = settings
+    return settings
+
+
 _N = TypeVar("_N", int, float)
 
 
@@ -287,7 +315,7 @@ def enqueue_many(
     call) follow the rules of :func:`enqueue`; an IdempotencyConflict also leaves
     nothing of the batch written. Results come back in input order.
     """
-    settings = settings or EnqueueSettings.from_env()
+    settings = settings or _settings_from_env()
     # A template is looked up on disk once per call, not once per message.
     templates: dict[tuple[str, str | None], Checked] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]

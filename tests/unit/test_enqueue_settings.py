@@ -3,8 +3,11 @@ setting (envparse's rules), and a bad value names its setting."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from mailout import outbox
 from mailout.exceptions import ConfigError
 from mailout.outbox import DEFAULT_MAX_RECIPIENTS, EnqueueSettings
 
@@ -31,3 +34,49 @@ def test_a_bad_limit_is_a_config_error_naming_the_setting(name: str, raw: str,
         EnqueueSettings.from_env({name: raw})
     assert name in str(caught.value)
     assert words in str(caught.value)
+
+
+class _Recording(dict[str, str]):
+    """An environment that remembers every name asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        self.asked.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+
+def test_the_remembered_parse_watches_every_variable_from_env_reads() -> None:
+    env = _Recording()
+    EnqueueSettings.from_env(env)
+    assert env.asked <= set(outbox.ENV_NAMES), "add the new setting to ENV_NAMES"
+
+
+def test_enqueue_without_settings_sees_a_changed_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in outbox.ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    first = outbox._settings_from_env()
+    assert outbox._settings_from_env() is first  # parsed once
+    assert first.templates_dir is None
+    (tmp_path / "templates").mkdir()  # ./templates appeared: read again
+    assert outbox._settings_from_env().templates_dir == Path("templates")
+    for name, raw, attribute, value in [
+        ("MAILOUT_MAX_RECIPIENTS", "7", "max_recipients", 7),
+        ("MAILOUT_NOTIFY", "0", "notify", False),
+        ("MAILOUT_MESSAGE_ID_DOMAIN", "a.example", "message_id_domain", "a.example"),
+    ]:
+        monkeypatch.setenv(name, raw)
+        assert getattr(outbox._settings_from_env(), attribute) == value
+    monkeypatch.setenv("MAILOUT_MAX_RECIPIENTS", "none")
+    for _ in range(2):  # a bad value is refused on every call, not remembered
+        with pytest.raises(ConfigError):
+            outbox._settings_from_env()
