@@ -262,6 +262,11 @@ def _template(name: str, locale: str | None, settings: EnqueueSettings) -> Check
     folder = settings.templates_dir
     if folder is None:
         return checked, None, None, frozenset()
+    return template_params.lookup(folder, checked, locale,
+                                  lambda: _find_template(folder, checked, locale))
+
+
+def _find_template(folder: Path, checked: str, locale: str | None) -> Checked:
     variant = resolve_variant(folder, checked, locale)
     if variant is None:
         if locale is None or resolve_variant(folder, checked, None) is None:

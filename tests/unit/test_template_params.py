@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mailout import outbox
 from mailout.exceptions import InvalidMessage
 from mailout.outbox import DEFAULT_TEMPLATES, EnqueueSettings
 from mailout.template_params import check_params, required_params
@@ -88,3 +89,45 @@ def test_enqueue_uses_the_workers_default_folder_when_it_exists(
     assert EnqueueSettings.from_env({}).templates_dir == Path(DEFAULT_TEMPLATES)
     explicit = EnqueueSettings.from_env({"MAILOUT_TEMPLATES": "/srv/mail"})
     assert explicit.templates_dir == Path("/srv/mail")
+
+
+def _bump(path: Path) -> None:
+    """Move ``path``'s modification time on, as an edit a moment later would."""
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))
+
+
+def test_enqueues_look_a_template_up_once_until_a_file_that_decides_it_changes(
+    templates: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = EnqueueSettings(templates_dir=templates)
+    looked: list[str | None] = []
+    real = outbox._find_template
+
+    def counted(folder: Path, name: str, locale: str | None) -> outbox.Checked:
+        looked.append(locale)
+        return real(folder, name, locale)
+
+    monkeypatch.setattr(outbox, "_find_template", counted)  # the real lookup, counted
+    assert outbox._template("order", "es-MX", settings)[2] == "order/es"
+    assert outbox._template("order", "es-MX", settings)[2] == "order/es"
+    assert len(looked) == 1  # remembered
+    _write(templates, {"order/es-MX/subject.txt": "{{ mx }}", "order/es-MX/text.txt": "x"})
+    assert outbox._template("order", "es-MX", settings)[2:] == ("order/es-MX",
+                                                                frozenset({"mx"}))
+    _write(templates, {"order/meta.toml": "schema = 4"})  # the schema is the template's
+    assert outbox._template("order", "es-MX", settings)[1] == 4
+    (templates / "order" / "es-MX" / "text.txt").unlink()  # no longer a variant
+    assert outbox._template("order", "es-MX", settings)[2] == "order/es"
+    _write(templates, {"order/es/html.html": "{{ extra }}"})
+    assert "extra" in outbox._template("order", "es-MX", settings)[3]
+    _write(templates, {"order/meta.toml": "schema = 5"})  # the same size: the time tells
+    _bump(templates / "order" / "meta.toml")
+    assert outbox._template("order", "es-MX", settings)[1] == 5
+    assert len(looked) == 6
+    (templates / "order" / "es" / "subject.txt").unlink()
+    (templates / "order" / "subject.txt").unlink()
+    for _ in range(2):  # no variant left: refused on every call
+        with pytest.raises(InvalidMessage):
+            outbox._template("order", "es-MX", settings)
+    assert len(looked) == 8
