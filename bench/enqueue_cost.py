@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import re
@@ -214,7 +215,9 @@ def count_instructions(srcs: list[str], n: int) -> None:
     what each adds to the order-only one. Each kind runs in a process of its own
     under ``valgrind --tool=callgrind`` (about 50 times slower), after WARMUP
     transactions of every kind; a run with the warm-up only is subtracted, so start-up
-    and imports do not count. PostgreSQL's work is another process's: not counted."""
+    and imports do not count. The objects of start-up and warm-up are frozen out of
+    the garbage collector (``gc.freeze``), whose full collections would land in some
+    runs and not others. PostgreSQL's work is another process's: not counted."""
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     found: dict[str, dict[str, float]] = {}
@@ -222,7 +225,8 @@ def count_instructions(srcs: list[str], n: int) -> None:
         _prepare(url)
         for i, src in enumerate(srcs):
             print(f"counting {src} ({len(KINDS) + 1} runs under valgrind)...", flush=True)
-            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()),
+                   "PYTHONHASHSEED": "0"}  # the same dict layouts in every run
             runs = [_callgrind(env, Path(tmp) / f"{i}-{k}.out",
                                [url, str(k), str(0 if k < 0 else n),
                                 str((i * 8 + k + 2) * 10_000_000)])
@@ -259,6 +263,10 @@ def _count_child(url: str, kind: int, n: int, first: int) -> None:
         for _ in range(WARMUP):
             first += 1
             _transaction(engine, warm, first)
+    # Objects alive now are never collected again: a full collection landing in one
+    # run and not in another would otherwise move a run by millions of instructions.
+    gc.collect()
+    gc.freeze()
     for _ in range(n if kind >= 0 else 0):
         first += 1
         _transaction(engine, KINDS[kind], first)
