@@ -57,7 +57,8 @@ def fetch(conn: Connection, stmt: Statement, params: Mapping[str, Any]) -> Seque
     except Exception as exc:  # every driver error: SQLAlchemy wraps and re-raises it
         conn._handle_dbapi_exception(exc, sql, params, cursor, None)
         raise  # unreachable: the handler always raises
-    cursor.close()
+    finally:
+        cursor.close()  # on the error path too (closing twice is harmless)
     return rows
 
 
