@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -203,3 +204,20 @@ def stand_in_autovacuum(url: str, every: float = 5.0,
     finally:
         stop.set()
         thread.join(60)
+
+
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def callgrind(args: list[str], env: dict[str, str], out: Path) -> int:
+    """Instructions of ``python *args`` run to its end under ``valgrind --tool=callgrind``
+    (profile written to ``out``): a count the machine's load does not move."""
+    with tempfile.TemporaryFile() as err:
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                        sys.executable, *args],
+                       env=env, stdout=subprocess.DEVNULL, stderr=err, check=True)
+        err.seek(0)
+        found = _COLLECTED.search(err.read().decode(errors="replace"))
+    if found is None:
+        raise RuntimeError("valgrind printed no instruction count")
+    return int(found.group(1))

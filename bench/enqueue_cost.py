@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ from sqlalchemy import (
     text,
 )
 
-from bench.common import scratch_database
+from bench.common import callgrind, scratch_database
 from mailout import db
 from mailout.db import migrate
 from mailout.outbox import EnqueueSettings, enqueue
@@ -245,15 +244,7 @@ def count_instructions(srcs: list[str], n: int) -> None:
 
 def _callgrind(env: dict[str, str], out: Path, child: list[str]) -> int:
     """Instructions of one ``--child`` run under callgrind."""
-    with tempfile.TemporaryFile() as err:
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        sys.executable, "-m", "bench.enqueue_cost", "--child", *child],
-                       env=env, stdout=subprocess.DEVNULL, stderr=err, check=True)
-        err.seek(0)
-        found = _COLLECTED.search(err.read().decode(errors="replace"))
-    if found is None:
-        raise RuntimeError("valgrind printed no instruction count")
-    return int(found.group(1))
+    return callgrind(["-m", "bench.enqueue_cost", "--child", *child], env, out)
 
 
 def _count_child(url: str, kind: int, n: int, first: int) -> None:

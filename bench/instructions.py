@@ -17,33 +17,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import scratch_database, smtp_sink, worker_env, write_templates
+from bench.common import callgrind, scratch_database, smtp_sink, worker_env, write_templates
 from bench.throughput import analyze, fill, reset
 from mailout import db
 from mailout.db import migrate
 
-_COLLECTED = re.compile(r"Collected : (\d+)")
-
 
 def instructions(env: dict[str, str], out: Path) -> int:
     """Instructions of one ``mailout worker --until-idle`` run under callgrind."""
-    with tempfile.TemporaryFile() as err:
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        sys.executable, "-m", "mailout", "worker", "--until-idle"],
-                       env=env, stdout=subprocess.DEVNULL, stderr=err, check=True)
-        err.seek(0)
-        found = _COLLECTED.search(err.read().decode(errors="replace"))
-    if found is None:
-        raise RuntimeError("valgrind printed no instruction count")
-    return int(found.group(1))
+    return callgrind(["-m", "mailout", "worker", "--until-idle"], env, out)
 
 
 def main() -> None:
