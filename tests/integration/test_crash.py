@@ -25,11 +25,18 @@ from tests.support.smtpserver import ReceivedMessage, SmtpTestServer
 from tests.support.workers import spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
-LEASE = 2.0
+LEASE = 3.0
+
+
+# The server takes the row's lock before its 250 (see kill_in_the_window). A send that
+# timed out before the lock was held would record its outcome first, and its retry's
+# claim would then skip the locked row: the window missed. So the deadline leaves the
+# lock a second or more on a busy machine (and stays under the lease, as it must).
+SEND_TIMEOUT = 2.5
 
 
 def crash_env(db_url: str, server: SmtpTestServer, **extra: object) -> dict[str, str]:
-    return worker_env(db_url, server, MAILOUT_LEASE_SECONDS=LEASE, SMTP_TIMEOUT=1,
+    return worker_env(db_url, server, MAILOUT_LEASE_SECONDS=LEASE, SMTP_TIMEOUT=SEND_TIMEOUT,
                       MAILOUT_POLL_SECONDS=0.1, MAILOUT_RETRY_BASE_SECONDS=0.05,
                       MAILOUT_RETRY_CAP_SECONDS=0.1, **extra)
 
@@ -106,6 +113,8 @@ def kill_in_the_window(engine: Engine, db_url: str, server: SmtpTestServer,
         assert locked.wait(10)
 
     server.before_reply = before_reply
+    with engine.connect():
+        pass  # a pooled connection ready for the lock: taking it must be quick
     worker = spawn_worker(crash_env(db_url, server), log=tmp_path / "first.log")
     try:
         assert locked.wait(20), (tmp_path / "first.log").read_text()[-2000:]

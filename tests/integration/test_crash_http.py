@@ -24,7 +24,14 @@ from sqlalchemy import Engine, select
 
 from mailout.db.schema import attempts
 from mailout.outbox import enqueue
-from tests.integration.test_crash import LEASE, SETTINGS, row, row_locked, wait_until_blocked
+from tests.integration.test_crash import (
+    LEASE,
+    SEND_TIMEOUT,
+    SETTINGS,
+    row,
+    row_locked,
+    wait_until_blocked,
+)
 from tests.support.providers.postmark import FakePostmark
 from tests.support.providers.resend import FakeResend
 from tests.support.providers.server import Delivery, FakeProvider
@@ -34,7 +41,8 @@ from tests.support.workers import MAIL_FROM, spawn_worker
 
 def http_env(db_url: str, fake: FakeProvider, **extra: object) -> dict[str, str]:
     env = {"MAILOUT_DATABASE_URL": db_url, "MAIL_FROM": MAIL_FROM,
-           "MAILOUT_TRANSPORT": provider_url(fake.name, fake.secret, fake.url, timeout="1"),
+           "MAILOUT_TRANSPORT": provider_url(fake.name, fake.secret, fake.url,
+                                              timeout=str(SEND_TIMEOUT)),
            "MAILOUT_LEASE_SECONDS": str(LEASE), "MAILOUT_POLL_SECONDS": "0.1",
            "MAILOUT_RETRY_BASE_SECONDS": "0.05", "MAILOUT_RETRY_CAP_SECONDS": "0.1"}
     env.update({k: str(v) for k, v in extra.items()})
@@ -65,6 +73,8 @@ def kill_in_the_window(engine: Engine, db_url: str, fake: FakeProvider, tmp_path
         assert locked.wait(10)
 
     fake.before_reply = before_reply
+    with engine.connect():
+        pass  # a pooled connection ready for the lock: taking it must be quick
     worker = spawn_worker(http_env(db_url, fake, **extra), log=tmp_path / "first.log")
     try:
         assert locked.wait(20), (tmp_path / "first.log").read_text()[-2000:]
