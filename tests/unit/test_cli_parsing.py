@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from mailout.cli import display
+from mailout.cli.changes import idempotency_window
 from mailout.cli.common import parse_moment, parse_span
-from mailout.cli.main import idempotency_window
 from mailout.exceptions import ConfigError
 
 

@@ -110,3 +110,15 @@ def engine_for(obj: dict[str, Any]) -> Engine:
     engine = db.make_engine(url)
     migrate.require_schema(engine)
     return engine
+
+
+def choose_statuses(raw: str, hint: str, *, allowed: Any) -> list[str]:
+    """The comma-separated statuses of ``raw``, each one of ``allowed`` (an enum);
+    BadParameter (exit 2) naming ``hint`` otherwise."""
+    values = [s.strip().lower() for s in raw.split(",") if s.strip()]
+    names = [s.value for s in allowed]
+    bad = [v for v in values if v not in names]
+    if bad or not values:
+        raise click.BadParameter(f"{', '.join(bad) or raw!r}: choose from {', '.join(names)}",
+                                 param_hint=hint)
+    return values
