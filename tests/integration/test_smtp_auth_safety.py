@@ -96,18 +96,19 @@ def _settings(port: int, host: str = "127.0.0.1", **kw: Any) -> SmtpSettings:
                         tls=TlsMode.NONE, timeout=3.0, local_hostname="client.test", **kw)
 
 
+async def _send_then_check(settings: SmtpSettings) -> tuple[Any, Any]:
+    """One send and one ``check()`` through a fresh transport: (SendResult, CheckResult)."""
+    transport = SmtpTransport(settings)
+    try:
+        return await transport.send(full_envelope()), await transport.check()
+    finally:
+        await transport.close()
+
+
 def test_auth_in_clear_to_a_remote_host_is_refused_before_connecting() -> None:
     # 192.0.2.0/24 is TEST-NET-1: nothing answers there, and nothing is asked to.
     settings = _settings(2525, host="192.0.2.10")
-
-    async def main() -> tuple[Any, Any]:
-        transport = SmtpTransport(settings)
-        try:
-            return await transport.send(full_envelope()), await transport.check()
-        finally:
-            await transport.close()
-
-    result, checked = asyncio.run(main())
+    result, checked = asyncio.run(_send_then_check(settings))
     assert (result.decision, result.reason) == (Decision.PAUSE, "cleartext_auth")
     assert not checked.ok
     assert "SMTP_ALLOW_PLAINTEXT_AUTH" in checked.line
@@ -134,15 +135,7 @@ def test_auth_the_server_does_not_offer_is_not_sent(
 ) -> None:
     port, commands = no_auth_server
     settings = _settings(port)
-
-    async def main() -> tuple[Any, Any]:
-        transport = SmtpTransport(settings)
-        try:
-            return await transport.send(full_envelope()), await transport.check()
-        finally:
-            await transport.close()
-
-    result, checked = asyncio.run(main())
+    result, checked = asyncio.run(_send_then_check(settings))
     assert (result.decision, result.reason) == (Decision.PAUSE, "auth_not_offered")
     assert not any(c.upper().startswith("AUTH") for c in commands), commands
     assert not any(c.upper().startswith("MAIL") for c in commands), commands
