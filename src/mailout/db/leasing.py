@@ -20,7 +20,9 @@ from sqlalchemy import (
     Float,
     Integer,
     String,
+    all_,
     and_,
+    any_,
     bindparam,
     case,
     exists,
@@ -32,9 +34,10 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.sql.elements import ColumnElement
 
-from mailout.db import dialects
+from mailout.db import dialects, direct
 from mailout.db.schema import (
     attempts,
     db_now,
@@ -48,21 +51,31 @@ from mailout.timeutil import aware
 
 def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
              exclude_templates: Sequence[str] = (),
-             queue_indexed: bool = True) -> list[ColumnElement[bool]]:
+             queue_indexed: bool = True, arrays: bool = False) -> list[ColumnElement[bool]]:
     """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates.
 
     ``queue_indexed=False`` compares ``queue || ''`` instead, the same values, which no
-    index on ``queue`` matches (see _due_cte).
+    index on ``queue`` matches (see _due_cte). ``arrays`` (PostgreSQL) writes ``IN``
+    as ``= ANY (ARRAY[...])`` and ``NOT IN`` as ``<> ALL (ARRAY[...])``, which is what
+    PostgreSQL parses an IN list into (the same plans), with one bind per value fixed
+    when the statement is built: SQLAlchemy's IN lists are expanded each time the
+    statement runs, which keeps the claim off the driver's cursor (mailout.db.direct).
     """
+    def among(column: ColumnElement[Any], values: Sequence[str]) -> ColumnElement[bool]:
+        return column == any_(array(values)) if arrays else column.in_(list(values))
+
+    def outside(column: ColumnElement[Any], values: Sequence[str]) -> ColumnElement[bool]:
+        return column != all_(array(values)) if arrays else column.not_in(list(values))
+
     out: list[ColumnElement[bool]] = []
     if queues:
         queue = messages.c.queue if queue_indexed else messages.c.queue.concat("")
-        out.append(queue.in_(list(queues)))
+        out.append(among(queue, queues))
     if exclude:
-        out.append(messages.c.queue.not_in(list(exclude)))
+        out.append(outside(messages.c.queue, exclude))
     if exclude_templates:
         tpl = messages.c.template
-        out.append(or_(tpl.is_(None), tpl.not_in(list(exclude_templates))))
+        out.append(or_(tpl.is_(None), outside(tpl, exclude_templates)))
     return out
 
 
@@ -146,8 +159,8 @@ def claim(
     if dialects.claims_in_one_statement(conn):
         stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates),
                          expired_only)
-        # One fetch for the batch (iterating fetches row by row).
-        return _claimed_rows(conn, conn.execute(stmt, params).mappings().all())
+        # One fetch for the batch, on the driver's cursor when nothing observes it.
+        return _claimed_rows(conn, direct.fetch_mappings(conn, stmt, params))
     if dialects.claims_in_locking_reads(conn):
         return _claim_locking(conn, params, [*_filters(queues, exclude_queues, exclude_templates),
                                              *_expired_filter(expired_only)])
@@ -260,9 +273,9 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
     statement cost more CPU than running it."""
     extra = _expired_filter(expired_only)
     due = _due_cte(bindparam("limit", type_=Integer),
-                   [*_filters(queues, exclude, exclude_templates), *extra],
-                   [*_filters(queues, exclude, exclude_templates, queue_indexed=False),
-                    *extra])
+                   [*_filters(queues, exclude, exclude_templates, arrays=True), *extra],
+                   [*_filters(queues, exclude, exclude_templates, queue_indexed=False,
+                              arrays=True), *extra])
     return (
         update(messages)
         .where(messages.c.id == due.c.id)

@@ -31,7 +31,7 @@ from sqlalchemy import (
     update,
 )
 
-from mailout.db import dialects, json_table
+from mailout.db import dialects, direct, json_table
 from mailout.db.leasing import in_set_order
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
@@ -63,7 +63,7 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     _log_recipients(conn, batch)
     if dialects.writes_batches_as_json(conn) and len(set(ids)) == len(ids):
         param = json.dumps(rows, ensure_ascii=False, default=json_default)
-        done = set(conn.execute(_COMPLETE_PG, {"batch": param}).scalars())
+        done = {row[0] for row in direct.fetch(conn, _COMPLETE_PG, {"batch": param})}
         return [i for i in ids if i not in done]
     if dialects.completes_batches_in_json_table(conn) and json_table.fits(rows):
         fenced = json_table.complete(conn, rows)
