@@ -23,6 +23,8 @@ def aware(value: datetime | None) -> datetime | None:
     """``value`` in UTC: a naive datetime is taken to be UTC already; None stays None."""
     if value is None:
         return None
+    if value.tzinfo is UTC:
+        return value  # already what every caller wants: no new object
     if value.tzinfo is None or value.utcoffset() is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

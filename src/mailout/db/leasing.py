@@ -298,9 +298,12 @@ _CLAIMED_COLUMNS = tuple(messages.c[name] for name in (
 def _claimed_rows(conn: Connection,
                   rows: Sequence[Mapping[Any, Any]]) -> list[ClaimedMessage]:
     claimed = [_claimed(r) for r in rows]
-    _log_abandoned(conn, [r for r in rows if r["prev_status"] == Status.SENDING.value])
+    _log_abandoned(conn, [r for r in rows if r["prev_status"] == _SENDING])
     claimed.sort(key=lambda m: (-m.priority, m.id))
     return claimed
+
+
+_SENDING = Status.SENDING.value  # read once per claimed row: an enum's .value is a property
 
 
 def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
@@ -324,7 +327,7 @@ def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
         expires_at=aware(m["expires_at"]),
         lease_token=m["lease_token"],
         claimed_at=aware(m["last_attempt_at"]) or datetime.now(UTC),
-        reclaimed=m["prev_status"] == Status.SENDING.value,
+        reclaimed=m["prev_status"] == _SENDING,
         event_ref=m["event_ref"],
         event_version=m["event_version"],
         schema_version=m["schema_version"],
