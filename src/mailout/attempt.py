@@ -57,11 +57,17 @@ class Context:
     guards: Guards | None = None
     engine: Engine | None = None  # for send-time checks that read the database
     queue_policies: Mapping[str, RetryPolicy] = field(default_factory=dict)
-    log_recipients: LogRecipients = LogRecipients.MASKED  # MAILOUT_LOG_RECIPIENTS
     # Finished attempts' log lines (MAILOUT_LOG_SENDS); one per worker, shared by lanes.
+    # It also says how every line about an attempt shows recipients (log_recipients).
     send_log: SendLog = field(default_factory=lambda: SendLog(log))
     # Reads a message's attachments (database I/O: run in a thread); None: no storage.
     load_attachments: Callable[[int], tuple[Attachment, ...]] | None = None
+
+    @property
+    def log_recipients(self) -> LogRecipients:
+        """MAILOUT_LOG_RECIPIENTS, as the send log applies it: one setting for every
+        line about an attempt."""
+        return self.send_log.recipients
 
     def retry_policy(self, queue: str) -> RetryPolicy:
         return self.queue_policies.get(queue, self.policy)

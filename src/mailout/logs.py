@@ -236,6 +236,11 @@ class SendLog:
         self._since = clock()
         self._sent: Counter[str] = Counter()
 
+    @property
+    def recipients(self) -> LogRecipients:
+        """How this log shows recipient addresses (MAILOUT_LOG_RECIPIENTS)."""
+        return self._recipients
+
     def add(self, msg: ClaimedMessage, completion: Completion, *, stage: str,
             seconds: float) -> None:
         """One finished attempt: a line of its own, or a count towards the summary."""

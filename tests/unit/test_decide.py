@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mailout.attempt import Context, decide
+from mailout.logs import LogRecipients, SendLog
 from mailout.models import ClaimedMessage, Outcome, Status
 from mailout.policy import RetryPolicy
 from mailout.render import Renderer
@@ -128,3 +131,11 @@ def test_a_give_up_after_an_unknown_outcome_is_parked_not_failed(
     assert c.outcome in (Outcome.FAILED, Outcome.DEAD)  # the attempt log keeps the truth
     assert c.reason is not None
     assert c.reason.endswith("_after_unknown")
+
+
+def test_an_attempts_lines_show_recipients_as_its_send_log_does() -> None:
+    # One setting for every line about an attempt: a context cannot mask an address
+    # in its guard and render lines and show it in the send line, or the reverse.
+    full = replace(CTX, send_log=SendLog(logging.getLogger("t"), recipients=LogRecipients.FULL))
+    assert full.log_recipients is LogRecipients.FULL
+    assert CTX.log_recipients is LogRecipients.MASKED

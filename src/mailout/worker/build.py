@@ -77,8 +77,7 @@ def build_worker(
         (lane, attempt.Context(
             worker=name, policy=settings.retry_policy, renderer=renderer,
             transport=transport(lane.concurrency), rng=make_rng(),
-            on_unknown=settings.on_unknown, log_recipients=settings.log_recipients,
-            send_log=send_log,
+            on_unknown=settings.on_unknown, send_log=send_log,
             queue_policies={q: p.retry for q, p in policies.items()},
             guards=guards, engine=engine, load_attachments=loader,
         ))
