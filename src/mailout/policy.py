@@ -328,6 +328,8 @@ def _positive(value: str, where: str, key: str) -> float:
         number = float(value)
     except ValueError:
         raise ConfigError(where, f"{key} must be a number, got {value!r}") from None
+    if not math.isfinite(number):  # an endless backoff or age is never what is meant
+        raise ConfigError(where, f"{key} must be a number, got {value!r}")
     if not number > 0:
         raise ConfigError(where, f"{key} must be positive, got {value!r}")
     return number

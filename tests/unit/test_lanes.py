@@ -66,7 +66,8 @@ def test_default_ages_for_the_conventional_queues() -> None:
 @pytest.mark.parametrize(
     "spec",
     ["critical", "critical:max_age", "critical:max_age=soon", "bulk:rate=0",
-     "bulk:speed=3", "bulk:max_attempts=0", "bulk:retry_base=10m,retry_cap=1m"],
+     "bulk:speed=3", "bulk:max_attempts=0", "bulk:retry_base=10m,retry_cap=1m",
+     "bulk:rate=inf", "bulk:rate=nan"],
 )
 def test_bad_policies_are_refused(spec: str) -> None:
     with pytest.raises(ConfigError) as info:

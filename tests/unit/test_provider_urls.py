@@ -56,6 +56,8 @@ def test_an_endpoint_and_timeout_point_the_transport_at_a_local_server() -> None
     ("resend://re_x?endpoint=ftp://127.0.0.1", "https://"),
     ("resend://re_x?timeout=0", "positive"),
     ("resend://re_x?timeout=soon", "number of seconds"),
+    ("resend://re_x?timeout=inf", "number of seconds"),
+    ("resend://re_x?timeout=nan", "number of seconds"),
     ("resend://re_x?region=eu", "unknown parameter 'region'"),
     ("resend://", "needs the API key"),
     ("mailgun://mg.example.com", "KEY@DOMAIN"),

@@ -13,6 +13,7 @@ Postmark also takes ``stream`` (its message stream); Mailgun ``region`` (``us`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -129,6 +130,8 @@ def _timeout(raw: str | None, setting: str) -> float:
         value = float(raw)
     except ValueError:
         raise ConfigError(setting, f"?timeout must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value):  # "inf" would never time out, "nan" passes every bound
+        raise ConfigError(setting, f"?timeout must be a number of seconds, got {raw!r}")
     if not value > 0:
         raise ConfigError(setting, f"?timeout must be positive, got {raw}")
     return value
