@@ -35,8 +35,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
+from mailout import envparse
 from mailout.exceptions import ConfigError
 from mailout.timeutil import aware
 
@@ -301,11 +302,9 @@ def _apply(policy: QueuePolicy, body: str, where: str) -> QueuePolicy:
         if key == "max_age":
             policy = replace(policy, max_age_seconds=setting_seconds(value, where))
         elif key == "rate":
-            policy = replace(policy, rate_per_second=_positive(value, where, key))
+            policy = replace(policy, rate_per_second=_parsed(_RATE, value, where, key))
         elif key == "max_attempts":
-            if not value.strip().isdigit() or int(value) < 1:
-                raise ConfigError(where, f"max_attempts must be a whole number >= 1: {value!r}")
-            retry["max_attempts"] = int(value)
+            retry["max_attempts"] = _parsed(_ATTEMPTS, value, where, key)
         elif key in ("retry_base", "retry_cap"):
             field = "base_seconds" if key == "retry_base" else "cap_seconds"
             retry[field] = setting_seconds(value, where)
@@ -323,13 +322,14 @@ def _apply(policy: QueuePolicy, body: str, where: str) -> QueuePolicy:
     return replace(policy, retry=built)
 
 
-def _positive(value: str, where: str, key: str) -> float:
+_RATE = envparse.number(float, minimum=0, strict=True)
+_ATTEMPTS = envparse.number(int, minimum=1)
+
+
+def _parsed(parse: envparse.Parser, value: str, where: str, key: str) -> Any:
+    """``value`` read by ``parse`` (envparse's rules and wording, as every numeric
+    setting), a ConfigError naming the policy setting and the key."""
     try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(where, f"{key} must be a number, got {value!r}") from None
-    if not math.isfinite(number):  # an endless backoff or age is never what is meant
-        raise ConfigError(where, f"{key} must be a number, got {value!r}")
-    if not number > 0:
-        raise ConfigError(where, f"{key} must be positive, got {value!r}")
-    return number
+        return parse(key, value.strip())
+    except ConfigError as exc:
+        raise ConfigError(where, f"{key} {exc.reason}") from None

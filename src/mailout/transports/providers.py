@@ -13,12 +13,12 @@ Postmark also takes ``stream`` (its message stream); Mailgun ``region`` (``us`` 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from mailout import envparse
 from mailout.exceptions import ConfigError
 from mailout.hosts import is_loopback
 
@@ -123,17 +123,17 @@ def _ses(netloc: str, query: dict[str, str], endpoint: str | None, timeout: floa
                   lambda: ses.SesProvider(access, secret, region))
 
 
+_SECONDS = envparse.number(float, minimum=0, strict=True)
+
+
 def _timeout(raw: str | None, setting: str) -> float:
+    """The ``?timeout=`` seconds (envparse's rules and wording, as every numeric setting)."""
     if raw is None:
         return DEFAULT_TIMEOUT
     try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(setting, f"?timeout must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value):  # "inf" would never time out, "nan" passes every bound
-        raise ConfigError(setting, f"?timeout must be a number of seconds, got {raw!r}")
-    if not value > 0:
-        raise ConfigError(setting, f"?timeout must be positive, got {raw}")
+        value: float = _SECONDS("?timeout", raw)
+    except ConfigError as exc:
+        raise ConfigError(setting, f"?timeout {exc.reason}") from None
     return value
 
 
