@@ -6,6 +6,8 @@ Every setting has one environment variable; a bad value raises
 
 from __future__ import annotations
 
+import enum
+import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +22,24 @@ from mailout.models import OnUnknown
 from mailout.policy import Lane, QueuePolicy, RetryPolicy, parse_lanes, parse_queue_policies
 from mailout.transports import url as transport_url
 from mailout.transports.url import TransportSpec
+
+
+class EventLoop(enum.StrEnum):
+    """The event loop a worker runs on (``MAILOUT_EVENT_LOOP``)."""
+
+    AUTO = "auto"  # uvloop when it is installed (mailout[uvloop]), else asyncio's own
+    ASYNCIO = "asyncio"  # the standard library's loop, whatever is installed
+    UVLOOP = "uvloop"  # uvloop, or a ConfigError at startup when it is not installed
+
+
+def _event_loop(name: str, raw: str) -> EventLoop:
+    try:
+        choice = EventLoop(raw.strip().lower())
+    except ValueError:
+        raise ConfigError(name, f"must be auto, asyncio or uvloop, got {raw!r}") from None
+    if choice is EventLoop.UVLOOP and importlib.util.find_spec("uvloop") is None:
+        raise ConfigError(name, "uvloop is not installed (pip install 'mailout[uvloop]')")
+    return choice
 
 
 def _on_unknown(name: str, raw: str) -> OnUnknown:
@@ -96,6 +116,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
     "log_recipients": ("MAILOUT_LOG_RECIPIENTS", _log_recipients, LogRecipients.MASKED),
     "log_sends": ("MAILOUT_LOG_SENDS", _log_sends, LogSends.SUMMARY),
+    "event_loop": ("MAILOUT_EVENT_LOOP", _event_loop, EventLoop.AUTO),
     "checks": ("MAILOUT_CHECKS", envparse.text, None),
     "resolvers": ("MAILOUT_RESOLVERS", envparse.text, None),
     "redirect_to": ("MAILOUT_REDIRECT_TO", _address, None),
@@ -137,6 +158,7 @@ class Settings:
     on_unknown: OnUnknown
     log_recipients: LogRecipients
     log_sends: LogSends
+    event_loop: EventLoop
     checks: str | None
     resolvers: str | None
     redirect_to: str | None

@@ -57,8 +57,9 @@ def row_locked(engine: Engine, message_id: str) -> Iterator[Connection]:
         conn.rollback()
 
 
-def wait_until_blocked(engine: Engine, seconds: float = 10) -> None:
-    """Wait until the worker's completion write is waiting on our lock."""
+def wait_until_blocked(engine: Engine, log: Path, seconds: float = 20) -> None:
+    """Wait until the worker's completion write is waiting on our lock; the worker's
+    ``log`` is in the failure (under heavy load the wait has been seen to run out)."""
     if engine.dialect.name == "sqlite":
         time.sleep(0.5)  # the writer flushes within 10 ms, then waits on busy_timeout
         return
@@ -76,7 +77,8 @@ def wait_until_blocked(engine: Engine, seconds: float = 10) -> None:
             if waiting:
                 return
             time.sleep(0.02)
-    raise AssertionError("the worker never blocked on the completion write")
+    raise AssertionError("the worker never blocked on the completion write; its log:\n"
+                         + log.read_text()[-3000:])
 
 
 def log_of(engine: Engine, rid: int) -> list[tuple[int, str]]:
@@ -118,7 +120,7 @@ def kill_in_the_window(engine: Engine, db_url: str, server: SmtpTestServer,
     worker = spawn_worker(crash_env(db_url, server), log=tmp_path / "first.log")
     try:
         assert locked.wait(20), (tmp_path / "first.log").read_text()[-2000:]
-        wait_until_blocked(engine)
+        wait_until_blocked(engine, tmp_path / "first.log")
         worker.send_signal(signal.SIGKILL)
         assert worker.wait(10) == -signal.SIGKILL
     finally:

@@ -78,7 +78,7 @@ def kill_in_the_window(engine: Engine, db_url: str, fake: FakeProvider, tmp_path
     worker = spawn_worker(http_env(db_url, fake, **extra), log=tmp_path / "first.log")
     try:
         assert locked.wait(20), (tmp_path / "first.log").read_text()[-2000:]
-        wait_until_blocked(engine)
+        wait_until_blocked(engine, tmp_path / "first.log")
         worker.send_signal(signal.SIGKILL)
         assert worker.wait(10) == -signal.SIGKILL
     finally:

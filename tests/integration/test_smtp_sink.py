@@ -22,7 +22,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_a_worker_drains_into_smtp_sink(engine: Engine, db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_a_worker_drains_into_smtp_sink(engine: Engine, db_url: str, tmp_path: Path,
+                                        event_loop: str) -> None:
     n = 300
     batch = [Message(to=f"user{i}@example.com", subject=f"Order {i}", text="Thanks " * 50,
                      html="<p>Thanks</p>" * 20, key=f"sink-{i}") for i in range(n)]
@@ -31,9 +33,10 @@ def test_a_worker_drains_into_smtp_sink(engine: Engine, db_url: str, tmp_path: P
     with smtp_sink() as port:
         env = {"MAILOUT_DATABASE_URL": db_url, "MAIL_FROM": "shop@example.com",
                "SMTP_HOST": "127.0.0.1", "SMTP_PORT": str(port), "SMTP_TLS": "none",
-               "MAILOUT_CONCURRENCY": "8"}
+               "MAILOUT_CONCURRENCY": "8", "MAILOUT_EVENT_LOOP": event_loop}
         worker = spawn_worker(env, "--until-idle", log=tmp_path / "worker.log")
         assert worker.wait(120) == 0, (tmp_path / "worker.log").read_text()[-2000:]
+    assert f"event loop {event_loop}" in (tmp_path / "worker.log").read_text()
     with engine.connect() as conn:
         statuses = dict(conn.execute(select(messages.c.status, func.count())
                                      .group_by(messages.c.status)).all())

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+import uvloop
 
 from mailout import config
 from mailout.exceptions import ConfigError
 from mailout.transports.smtp.client import SmtpTransport
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
+from mailout.worker.build import loop_factory
 
 BASE = {"MAIL_FROM": "shop@example.com"}
 
@@ -74,6 +78,7 @@ def test_the_password_is_never_in_repr() -> None:
         ({"MAILOUT_RETRY_CAP_SECONDS": "Infinity"}, "MAILOUT_RETRY_CAP_SECONDS"),
         ({"SMTP_TIMEOUT": "NaN"}, "SMTP_TIMEOUT"),
         ({"MAILOUT_LOG_SENDS": "every"}, "MAILOUT_LOG_SENDS"),
+        ({"MAILOUT_EVENT_LOOP": "tokio"}, "MAILOUT_EVENT_LOOP"),
     ],
 )
 def test_bad_values_name_their_setting(env: dict[str, str], setting: str) -> None:
@@ -81,3 +86,28 @@ def test_bad_values_name_their_setting(env: dict[str, str], setting: str) -> Non
         config.load(env={**BASE, **env})
     assert info.value.setting == setting
     assert setting in str(info.value)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (None, config.EventLoop.AUTO), ("asyncio", config.EventLoop.ASYNCIO),
+    (" UVLOOP ", config.EventLoop.UVLOOP)])
+def test_event_loop_setting(raw: str | None, expected: config.EventLoop) -> None:
+    env = BASE if raw is None else {**BASE, "MAILOUT_EVENT_LOOP": raw}
+    assert config.load(env=env).event_loop is expected
+
+
+def test_uvloop_asked_for_but_not_installed_is_refused_at_startup(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # what an uninstalled module looks like
+    with pytest.raises(ConfigError, match=r"MAILOUT_EVENT_LOOP: uvloop is not installed"):
+        config.load(env={**BASE, "MAILOUT_EVENT_LOOP": "uvloop"})
+    assert config.load(env={**BASE, "MAILOUT_EVENT_LOOP": "auto"}).event_loop is \
+        config.EventLoop.AUTO
+
+
+def test_the_worker_loop_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert loop_factory(config.EventLoop.ASYNCIO) is None
+    assert loop_factory(config.EventLoop.AUTO) is uvloop.new_event_loop  # installed by [test]
+    assert loop_factory(config.EventLoop.UVLOOP) is uvloop.new_event_loop
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    assert loop_factory(config.EventLoop.AUTO) is None  # auto falls back to asyncio's

@@ -10,8 +10,9 @@ from sqlalchemy import Engine
 
 from mailout import attempt, db
 from mailout.alerts import AlertCallback, Alerts
-from mailout.config import Settings
+from mailout.config import EventLoop, Settings
 from mailout.db import dialects, migrate
+from mailout.exceptions import ConfigError
 from mailout.guards import Guards, load_registry, parse_domains
 from mailout.logs import SendLog
 from mailout.metrics.observer import Observer
@@ -143,10 +144,29 @@ def run_worker(
     server = (start_metrics_server(metrics_port, worker, host=metrics_host)
               if metrics_port is not None else None)
     try:
-        asyncio.run(worker.run())
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            runner.run(worker.run())
     finally:
         if server is not None:
             server.close()
         worker.alerts.close()
         worker.engine.dispose()
     return worker
+
+
+def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What makes the worker's event loop (None: asyncio's own, as ``asyncio.run``).
+
+    uvloop runs the same worker with about 5% fewer instructions per message
+    (docs/capacity.md): the event loop and the sockets' reads and writes in C.
+    """
+    if choice is EventLoop.ASYNCIO:
+        return None
+    try:
+        import uvloop  # optional (mailout[uvloop]): imported only when chosen
+    except ImportError:
+        if choice is EventLoop.UVLOOP:  # config checked it: uninstalled since
+            raise ConfigError("MAILOUT_EVENT_LOOP", "uvloop is not installed") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory

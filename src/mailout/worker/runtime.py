@@ -112,9 +112,9 @@ class Worker:
             url = self.engine.url.render_as_string(hide_password=False)
             helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
                                                name="mailout-listen"))
-        log.info("worker %s started: lanes %s", self.name, ", ".join(
+        log.info("worker %s started: lanes %s; event loop %s", self.name, ", ".join(
             f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"
-            for r in self.lanes))
+            for r in self.lanes), type(asyncio.get_running_loop()).__module__.split(".")[0])
         try:
             await asyncio.gather(*(lane.run() for lane in self.lanes))
             await asyncio.gather(*(lane.drain(self.opts.shutdown_grace) for lane in self.lanes))

@@ -1,0 +1,28 @@
+"""Hooks for the integration tests: the transports' suites run on both event loops.
+
+What the SMTP transport does on a connection depends on the order in which the loop
+runs its callbacks (a close right after the 354 is seen before any content is
+written; pipelined replies are read back to back), and a worker runs on uvloop when
+it is installed (``MAILOUT_EVENT_LOOP``). So these suites run on asyncio's loop and
+on uvloop; every other async test on asyncio's. The test servers keep their own
+loops (asyncio's), so only the code under test changes loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+
+import pytest
+import uvloop
+
+BOTH_LOOPS = frozenset({"test_smtp_transport.py", "test_smtp_recipients.py",
+                        "test_smtp_auth_safety.py", "test_transport_contract.py"})
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+_ASYNCIO: Mapping[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
+_BOTH: Mapping[str, LoopFactory] = {**_ASYNCIO, "uvloop": uvloop.new_event_loop}
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config,
+                                  item: pytest.Item) -> Mapping[str, LoopFactory]:
+    return _BOTH if item.path.name in BOTH_LOOPS else _ASYNCIO
