@@ -33,20 +33,11 @@ class EventLoop(enum.StrEnum):
 
 
 def _event_loop(name: str, raw: str) -> EventLoop:
-    try:
-        choice = EventLoop(raw.strip().lower())
-    except ValueError:
-        raise ConfigError(name, f"must be auto, asyncio or uvloop, got {raw!r}") from None
+    choice = envparse.choice(EventLoop)(name, raw)
     if choice is EventLoop.UVLOOP and importlib.util.find_spec("uvloop") is None:
         raise ConfigError(name, "uvloop is not installed (pip install 'mailout[uvloop]')")
     return choice
 
-
-def _on_unknown(name: str, raw: str) -> OnUnknown:
-    try:
-        return OnUnknown(raw.lower())
-    except ValueError:
-        raise ConfigError(name, f"must be resend or hold, got {raw!r}") from None
 
 
 def _address(name: str, raw: str) -> str:
@@ -56,18 +47,6 @@ def _address(name: str, raw: str) -> str:
         raise ConfigError(name, exc.reason) from None
 
 
-def _log_recipients(name: str, raw: str) -> LogRecipients:
-    try:
-        return LogRecipients(raw.strip().lower())
-    except ValueError:
-        raise ConfigError(name, f"must be masked, full or off, got {raw!r}") from None
-
-
-def _log_sends(name: str, raw: str) -> LogSends:
-    try:
-        return LogSends(raw.strip().lower())
-    except ValueError:
-        raise ConfigError(name, f"must be summary or each, got {raw!r}") from None
 
 
 def _return_path(name: str, raw: str) -> str:
@@ -113,9 +92,10 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "outage_alert": ("MAILOUT_OUTAGE_ALERT_SECONDS", _POSITIVE, 600.0),
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", envparse.number(float, minimum=0), 30.0),
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", envparse.text, None),
-    "on_unknown": ("MAILOUT_ON_UNKNOWN", _on_unknown, OnUnknown.RESEND),
-    "log_recipients": ("MAILOUT_LOG_RECIPIENTS", _log_recipients, LogRecipients.MASKED),
-    "log_sends": ("MAILOUT_LOG_SENDS", _log_sends, LogSends.SUMMARY),
+    "on_unknown": ("MAILOUT_ON_UNKNOWN", envparse.choice(OnUnknown), OnUnknown.RESEND),
+    "log_recipients": ("MAILOUT_LOG_RECIPIENTS", envparse.choice(LogRecipients),
+                       LogRecipients.MASKED),
+    "log_sends": ("MAILOUT_LOG_SENDS", envparse.choice(LogSends), LogSends.SUMMARY),
     "event_loop": ("MAILOUT_EVENT_LOOP", _event_loop, EventLoop.AUTO),
     "checks": ("MAILOUT_CHECKS", envparse.text, None),
     "resolvers": ("MAILOUT_RESOLVERS", envparse.text, None),

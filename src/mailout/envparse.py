@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from mailout.exceptions import ConfigError
 
 Parser = Callable[[str, str], Any]
+E = TypeVar("E", bound=StrEnum)
 
 
 def number(kind: type[int] | type[float], *, minimum: float, strict: bool = False) -> Parser:
@@ -34,6 +36,21 @@ def number(kind: type[int] | type[float], *, minimum: float, strict: bool = Fals
             bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
             raise ConfigError(name, f"must be {bound}, got {raw}")
         return value
+
+    return parse
+
+
+def choice(kind: type[E]) -> Callable[[str, str], E]:
+    """A parser of one of ``kind``'s values (a str enum), in any case, blanks around
+    ignored; the error lists the values (``must be a, b or c, got 'x'``)."""
+    values = [member.value for member in kind]
+    listed = f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else values[0]
+
+    def parse(name: str, raw: str) -> E:
+        try:
+            return kind(raw.strip().lower())
+        except ValueError:
+            raise ConfigError(name, f"must be {listed}, got {raw!r}") from None
 
     return parse
 

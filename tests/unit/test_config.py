@@ -111,3 +111,10 @@ def test_the_worker_loop_follows_the_setting(monkeypatch: pytest.MonkeyPatch) ->
     assert loop_factory(config.EventLoop.UVLOOP) is uvloop.new_event_loop
     monkeypatch.setitem(sys.modules, "uvloop", None)
     assert loop_factory(config.EventLoop.AUTO) is None  # auto falls back to asyncio's
+
+
+def test_a_choice_setting_lists_its_values() -> None:
+    with pytest.raises(ConfigError, match=r"SMTP_TLS: must be starttls, implicit or none, "
+                                          r"got 'maybe'"):
+        config.load(env={**BASE, "SMTP_TLS": "maybe"})
+    assert config.load(env={**BASE, "MAILOUT_ON_UNKNOWN": " HOLD "}).on_unknown.value == "hold"

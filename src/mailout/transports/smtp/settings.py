@@ -86,12 +86,7 @@ def client_tls_context(settings: SmtpSettings) -> ssl.SSLContext:
     return context
 
 
-def _tls(name: str, raw: str) -> TlsMode:
-    try:
-        return TlsMode(raw.lower())
-    except ValueError:
-        choices = ", ".join(m.value for m in TlsMode)
-        raise ConfigError(name, f"must be one of {choices}, got {raw!r}") from None
+_tls = envparse.choice(TlsMode)
 
 
 # setting -> (environment variable, URL query name, parser)
