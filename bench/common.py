@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import psycopg
@@ -113,6 +114,19 @@ TEXT = "Hello {{ name }},\n\nThank you for order {{ order_id }}.\n" + "Line of t
 HTML = "<p>Hello {{ name }},</p><p>Thank you for order {{ order_id }}.</p>" + (
     "<p>Some <b>HTML</b> content.</p>" * 60
 )
+SHORT_SUBJECT = "Your sign-in code"
+
+
+def short_text(i: int) -> str:
+    """The short message's body: one line of text, no HTML, no template."""
+    return f"Your sign-in code is {i % 1_000_000:06d}. It expires in 10 minutes.\n"
+
+
+class Body(StrEnum):
+    """Which message a benchmark drains (the issue sets a CPU target for each)."""
+
+    TEMPLATE = "template"  # the template above: subject, ~2 KB text, ~2 KB HTML
+    SHORT = "short"  # a subject and one line of text given at enqueue, no template
 
 
 def write_templates(root: Path) -> Path:

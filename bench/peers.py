@@ -4,8 +4,9 @@ Each peer runs in its own virtualenv (made by this script under ``.bench-peers/`
 from PyPI), in a throwaway Django project on the same PostgreSQL server and the same
 Postfix ``smtp-sink`` as mailout, draining the same messages: mailout's benchmark
 template (subject, ~2 KB text, ~2 KB HTML) rendered once, and the same bodies queued
-in each peer. Rounds are interleaved (mailout, post-office, mailer, mailout, ...) and
-medians reported, because this machine is shared and noisy.
+in each peer (``--body short``: a subject and one line of text, no HTML). Rounds are
+interleaved (mailout, post-office, mailer, mailout, ...) and medians reported, because
+this machine is shared and noisy.
 
 - mailout: ``mailout worker --until-idle``, one process.
 - django-post-office: ``manage.py send_queued_mail --processes 1`` with BATCH_SIZE
@@ -16,7 +17,7 @@ medians reported, because this machine is shared and noisy.
 Each drain's CPU is the process's user + system time from wait4, less the same
 command's CPU on an empty queue (imports and setup), divided by the messages sent.
 
-    .venv/bin/python -m bench.peers [-n 5000] [--rounds 3]
+    .venv/bin/python -m bench.peers [-n 5000] [--rounds 3] [--body template|short]
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from bench.common import run_workers, scratch_database, smtp_sink, worker_env, write_templates
+from bench.common import (
+    Body,
+    run_workers,
+    scratch_database,
+    smtp_sink,
+    worker_env,
+    write_templates,
+)
 from bench.throughput import fill, raw_smtp, rendered, reset
 from mailout import db
 from mailout.db import migrate
@@ -86,11 +94,14 @@ messages = json.load(open(sys.argv[1]))
 if sys.argv[2] == "post_office":
     from post_office import mail
     mail.send_many([dict(sender=m["from"], recipients=[m["to"]], subject=m["subject"],
-                         message=m["text"], html_message=m["html"]) for m in messages])
+                         message=m["text"], html_message=m["html"] or "") for m in messages])
 else:
-    from mailer import send_html_mail
+    from mailer import send_html_mail, send_mail
     for m in messages:
-        send_html_mail(m["subject"], m["text"], m["html"], m["from"], [m["to"]])
+        if m["html"]:
+            send_html_mail(m["subject"], m["text"], m["html"], m["from"], [m["to"]])
+        else:
+            send_mail(m["subject"], m["text"], m["from"], [m["to"]])
 """
 
 COMMAND = {"post_office": ["send_queued_mail", "--processes", "1"], "mailer": ["send_mail"]}
@@ -132,10 +143,10 @@ def peer_drain(python: Path, env: dict[str, str], app: str, batch_file: Path,
     return Drain(app, n / wall, max(0.0, cpu - idle_cpu) / n)
 
 
-def mailout_drain(engine_url: str, port: int, templates: Path, n: int) -> Drain:
+def mailout_drain(engine_url: str, port: int, templates: Path, n: int, body: Body) -> Drain:
     engine = db.make_engine(engine_url)
     reset(engine)
-    fill(engine, n, templates, f"peers{time.monotonic_ns()}")
+    fill(engine, n, templates, f"peers{time.monotonic_ns()}", body)
     env = worker_env(engine_url, port, templates, 50)
     run = run_workers(env, 1)
     idle = run_workers(env, 1).cpu[0]
@@ -147,6 +158,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--body", type=Body, choices=list(Body), default=Body.TEMPLATE,
+                    help="template (subject, ~2 KB text, ~2 KB HTML; the default) or short "
+                         "(a subject and one line of text)")
     args = ap.parse_args()
     python = peer_python()
     results: dict[str, list[Drain]] = {}
@@ -156,7 +170,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         templates = write_templates(tmp / "templates")
         migrate.upgrade(db.make_engine(m_url))
-        envelopes = rendered(args.n, templates)
+        envelopes = rendered(args.n, templates, args.body)
         batch_file = tmp / "batch.json"
         batch_file.write_text(json.dumps([
             {"from": "shop@example.com", "to": e.recipients[0], "subject": e.subject,
@@ -167,7 +181,8 @@ def main() -> None:
             manage(python, env, "migrate", "-v", "0")
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}...", flush=True)
-            results.setdefault("mailout", []).append(mailout_drain(m_url, port, templates, args.n))
+            results.setdefault("mailout", []).append(
+                mailout_drain(m_url, port, templates, args.n, args.body))
             for app, env in envs.items():
                 results.setdefault(app, []).append(peer_drain(python, env, app, batch_file,
                                                               args.n))
@@ -184,7 +199,7 @@ def report(args: argparse.Namespace, results: dict[str, list[Drain]], raw_rate: 
                 statistics.median(d.cpu_per_message for d in runs))
 
     po_rate, po_cpu = med("post_office")
-    print(f"\n{args.n} messages per drain, {args.rounds} interleaved rounds, medians; "
+    print(f"\n{args.n} {args.body} messages per drain, {args.rounds} interleaved rounds, medians; "
           "same PostgreSQL, same smtp-sink, same bodies")
     print(f"{'':<34}{'msg/s':>8}{'CPU/msg':>10}{'rate vs post-office':>21}{'vs raw':>8}")
     for who, label in (("mailout", "mailout, 1 process"),
