@@ -262,6 +262,7 @@ class Renderer:
             # (only for transports that need it) should not raise; if it does, that is
             # a RenderError too (see _wire).
             wire_builder=functools.partial(_wire, template, head, text, html, msg.attachments),
+            wire_crlf_only=True,  # mime.build writes CRLF line ends only (test_mime checks)
         )
 
     def _date(self) -> str:

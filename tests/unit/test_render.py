@@ -318,6 +318,11 @@ SAFE_CHARS = st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp"))
 def test_unicode_round_trips(renderer: Renderer, subject: str, text: str) -> None:
     envelope = renderer.render(claimed(subject=subject, text=text))
     assert envelope.wire.isascii()
+    # What the envelope vouches for (the SMTP transport then skips normalizing):
+    assert envelope.wire_crlf_only
+    wire = envelope.wire
+    assert wire.endswith(b"\r\n")
+    assert wire.count(b"\r\n") == wire.count(b"\n") == wire.count(b"\r")
     assert max(len(line) for line in envelope.wire.split(b"\r\n")) <= 998
     parsed = parse(envelope)
     assert parsed["Subject"] == subject.strip()

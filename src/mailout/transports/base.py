@@ -80,7 +80,8 @@ class Envelope:
     Everything a provider API needs is here as fields, so an HTTP transport never
     parses MIME. ``wire`` is the full RFC 5322 message (CRLF line endings), built
     on first use by ``wire_builder`` and kept: SMTP pays for it, HTTP APIs that
-    take fields never do. ``headers`` are the extra headers, in order, already
+    take fields never do. A transport that needs canonical line ends makes them,
+    unless ``wire_crlf_only`` vouches for them. ``headers`` are the extra headers, in order, already
     checked by the renderer; they never include Bcc.
     """
 
@@ -102,6 +103,10 @@ class Envelope:
     # headers still name everyone (it is the same message). Empty means all.
     deliver_to: tuple[str, ...] = ()
     wire_builder: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
+    # True when ``wire_builder`` guarantees CRLF line ends only, ending in one (mailout's
+    # MIME builder does, by construction): the SMTP transport then writes the wire form
+    # without scanning it three times to normalize them. False: any line ends.
+    wire_crlf_only: bool = field(default=False, repr=False, compare=False)
 
     @property
     def mail_from(self) -> str:

@@ -154,7 +154,8 @@ class SmtpTransport:
                                                   pooled=True):
             smtp = await self._open(attempt)
             await transaction(smtp, envelope, attempt, pipelining)
-        return await send_content(smtp, envelope.wire, attempt)
+        return await send_content(smtp, envelope.wire, attempt,
+                                  crlf_only=envelope.wire_crlf_only)
 
     async def _pooled(self, attempt: AttemptState) -> aiosmtplib.SMTP | None:
         """An idle connection in a clean state (RSET if needed), if there is one."""

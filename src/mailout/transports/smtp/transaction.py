@@ -244,8 +244,12 @@ async def abandon_data(smtp: aiosmtplib.SMTP) -> None:
         discard(smtp)
 
 
-async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState) -> SendOutcome:
-    """After the 354: content and ".", and the final reply, tracking whether content left."""
+async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState, *,
+                       crlf_only: bool = False) -> SendOutcome:
+    """After the 354: content and ".", and the final reply, tracking whether content left.
+
+    ``crlf_only``: ``data`` is known to have CRLF line ends only, ending in one (see
+    :func:`wire_content`)."""
     attempt.stage = Stage.DATA
     protocol = smtp.protocol
     # Let events that arrived with the 354 (a close) be processed before writing.
@@ -256,7 +260,7 @@ async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState
         raise Abort(SendOutcome(Stage.DATA, failure=Failure.DISCONNECT, detail=detail))
     attempt.stage = Stage.BODY
     protocol._response_pending = True  # as execute_data_command: a reply is now due
-    await _write_content(protocol, data)
+    await _write_content(protocol, data, crlf_only)
     reply = reply_of(await next_reply(protocol))
     # The RCPT replies go in now, so that _run need not copy the outcome to add them.
     if reply.code // 100 == smtpcodes.POSITIVE:
@@ -267,7 +271,7 @@ async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState
 WRITE_CHUNK: Final = 256 * 1024  # large contents go out in pieces of this size
 
 
-async def _write_content(protocol: SMTPProtocol, data: bytes) -> None:
+async def _write_content(protocol: SMTPProtocol, data: bytes, crlf_only: bool) -> None:
     """The content with CRLF line endings, dot-stuffing and the terminating ".".
 
     A message of mailout's own renderer (CRLF only, no line starting with a dot: the
@@ -275,7 +279,7 @@ async def _write_content(protocol: SMTPProtocol, data: bytes) -> None:
     pieces, each after the transport's buffer drained: the socket buffer never
     holds a second copy of a message with megabytes of attachments.
     """
-    content = wire_content(data)
+    content = wire_content(data, crlf_only=crlf_only)
     if len(content) <= WRITE_CHUNK:
         protocol.write(content + b".\r\n")
         return
@@ -285,20 +289,30 @@ async def _write_content(protocol: SMTPProtocol, data: bytes) -> None:
     protocol.write(b".\r\n")
 
 
-def wire_content(data: bytes) -> bytes:
-    """CRLF line endings, a final CRLF and dot-stuffing; the "." is the caller's."""
-    crlf = data.count(b"\r\n")
-    if data.count(b"\n") == crlf and data.count(b"\r") == crlf:
-        content = data  # already CRLF only (mailout's own renderer): skip the regex
+def wire_content(data: bytes, *, crlf_only: bool = False) -> bytes:
+    """CRLF line endings, a final CRLF and dot-stuffing; the "." is the caller's.
+
+    ``crlf_only`` says ``data`` already has CRLF line ends only and ends in one, as
+    mailout's renderer guarantees (``Envelope.wire_crlf_only``): the three scans that
+    would find out (6 us of a 4.7 KB message's send) are skipped. Dot-stuffing is
+    never skipped: a line starting with "." must not end the data early.
+    """
+    if crlf_only:
+        content = data
     else:
-        content = _LINE_ENDINGS.sub(b"\r\n", data)
-    if not content.endswith(b"\r\n"):
-        content += b"\r\n"
-    # Every line now ends in CRLF, so a line start is the start or just after "\r\n".
-    # Looking for "\n." first is much cheaper than a replace that finds nothing: the
-    # three-byte pattern starts a partial match at every line end.
+        crlf = data.count(b"\r\n")
+        if data.count(b"\n") == crlf and data.count(b"\r") == crlf:
+            content = data  # already CRLF only: skip the regex
+        else:
+            content = _LINE_ENDINGS.sub(b"\r\n", data)
+        if not content.endswith(b"\r\n"):
+            content += b"\r\n"
+    # Every line now ends in CRLF, so a line start is the start or just after "\n".
+    # Looking for "\n." first is much cheaper than a replace that finds nothing, and
+    # splitting there cheaper than replacing "\r\n." (whose search starts a partial
+    # match at every line end).
     if b"\n." in content:
-        content = content.replace(b"\r\n.", b"\r\n..")
+        content = b"\n..".join(content.split(b"\n."))
     if content.startswith(b"."):
         content = b"." + content
     return content
