@@ -46,7 +46,8 @@ Server-wide switches (they apply to connections opened afterwards): ``greeting``
 closed), ``auth`` ((user, password) required before MAIL; wrong credentials get
 ``535 5.7.8``), ``auth_require_tls`` (False allows AUTH without TLS),
 ``pipelining`` (offer PIPELINING, on by default; ``server.pipelined`` counts
-the MAIL commands that arrived together with their RCPT), ``data_without_rcpt``
+the MAIL commands that arrived together with their RCPT, ``server.mail_behind_data``
+those that arrived with the previous message's end of data), ``data_without_rcpt``
 (answer DATA with 354 although every recipient was refused; ``server.empty_data``
 counts the lone dots that follow), ``tls_context`` (offer STARTTLS; with
 ``implicit_tls=True`` at construction, TLS from the first byte instead),
@@ -198,6 +199,9 @@ class SmtpTestServer:
         # ``pipelined`` counts MAIL commands that arrived with their RCPT behind them.
         self.pipelining = pipelining
         self.pipelined = 0
+        # MAIL commands that arrived in the same read as the previous message's end of
+        # data: the client took a send along behind another's content.
+        self.mail_behind_data = 0
         # Misbehave as RFC 2920 3.1 warns: answer DATA with 354 although every
         # recipient was refused. ``empty_data`` counts the lone "." that then came.
         self.data_without_rcpt = False
@@ -284,6 +288,7 @@ class SmtpTestServer:
             self._rules.clear()
             self._token_rules.clear()
             self.connections = self.dedup_hits = self.faults_fired = self.pipelined = 0
+            self.mail_behind_data = 0
 
     # -- faults ----------------------------------------------------------------
 
@@ -559,6 +564,9 @@ class _Handler:
         return "250 2.1.5 OK"
 
     async def handle_DATA(self, server: _FaultySMTP, session: Any, envelope: Any) -> str:
+        if bytes(getattr(server._reader, "_buffer", b"")).upper().startswith(b"MAIL FROM"):
+            with self.owner._lock:
+                self.owner.mail_behind_data += 1
         if envelope.rcpt_tos == [NO_RECIPIENT]:
             with self.owner._lock:
                 self.owner.empty_data += not envelope.original_content

@@ -13,6 +13,12 @@ classifies it into the provider-neutral :class:`SendResult`. Choices worth knowi
   :mod:`mailout.transports.smtp.transaction`'s to say.
 * The deadline (``timeout``) covers one send from taking a pooled connection to
   the final reply; waiting for a free pool slot is not part of it.
+* On a server that offers PIPELINING a connection carries two sends under way at
+  once: the content of one and the MAIL, RCPT and DATA of the next go out in one
+  write (:mod:`mailout.transports.smtp.pool`). The next send's replies are read
+  after the final reply, under a deadline of their own; if they do not come, or the
+  connection cannot go on (a 421, a lost reply), that send starts afresh on another
+  connection: nothing of it has left but its envelope.
 * An envelope address holding control characters raises ValueError (before
   anything is written): a bug upstream, not a delivery outcome.
 * An invalid ``ca_file`` raises (OSError / ssl.SSLError) when the transport is
@@ -48,6 +54,7 @@ from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.classify import to_result
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage, parse_reply
+from mailout.transports.smtp.pool import Handover, Slots
 from mailout.transports.smtp.settings import (
     SmtpSettings,
     TlsMode,
@@ -58,6 +65,10 @@ from mailout.transports.smtp.transaction import (
     Abort,
     AttemptState,
     discard,
+    expected_replies,
+    keep_replies,
+    pipelined_group,
+    read_group,
     reply_of,
     send_content,
     transaction,
@@ -82,7 +93,7 @@ class SmtpTransport:
         self.name = settings.preset or "smtp"
         self.dedupe_window: float | None = settings.dedupe_window
         self._tls = client_tls_context(settings) if settings.tls is not TlsMode.NONE else None
-        self._slots = asyncio.Semaphore(settings.pool_size)
+        self._slots = Slots(settings.pool_size)
         self._idle: list[tuple[aiosmtplib.SMTP, bool]] = []  # (connection, needs RSET)
         self._hostname = settings.local_hostname
         self._closed = False
@@ -103,15 +114,15 @@ class SmtpTransport:
         """Send ``envelope``; report what happened in SMTP's terms."""
         self._active += 1
         try:
-            async with self._slots:
-                attempt = AttemptState()
-                try:
-                    outcome = await self._run(attempt, self._deliver(attempt, envelope))
-                except BaseException:  # cancelled from outside: the connection state is unknown
-                    self._release(attempt.smtp, None)
-                    raise
-                self._release(attempt.smtp, outcome)
-                return outcome
+            handover = await self._slots.acquire(envelope)
+            attempt = AttemptState()
+            try:
+                outcome = await self._run(attempt, self._deliver(attempt, envelope, handover))
+            except BaseException:  # cancelled from outside: the connection state is unknown
+                self._let_go(attempt, None)
+                raise
+            await self._pass_on(attempt, outcome)
+            return outcome
         finally:
             self._active -= 1
             if self._active == 0:
@@ -147,15 +158,104 @@ class SmtpTransport:
             outcome = replace(outcome, rcpt_replies=attempt.rcpt)
         return outcome
 
-    async def _deliver(self, attempt: AttemptState, envelope: Envelope) -> SendOutcome:
-        smtp = await self._pooled(attempt)
+    async def _deliver(self, attempt: AttemptState, envelope: Envelope,
+                       handover: Handover | None) -> SendOutcome:
         pipelining = self._settings.pipelining
-        if smtp is None or not await transaction(smtp, envelope, attempt, pipelining,
-                                                  pooled=True):
+        smtp: aiosmtplib.SMTP | None
+        if handover is not None:  # taken along: our commands are answered already
+            smtp = attempt.smtp = handover.smtp
+            self._expect_company(attempt, smtp)
+            ready = await transaction(handover.smtp, envelope, attempt, pipelining,
+                                      pooled=True, answered=handover.replies)
+        else:
+            smtp = await self._pooled(attempt)
+            if smtp is not None:
+                self._expect_company(attempt, smtp)
+            ready = smtp is not None and await transaction(smtp, envelope, attempt,
+                                                           pipelining, pooled=True)
+        if smtp is None or not ready:
             smtp = await self._open(attempt)
+            self._expect_company(attempt, smtp)
             await transaction(smtp, envelope, attempt, pipelining)
+        connection = smtp
         return await send_content(smtp, envelope.wire, attempt,
-                                  crlf_only=envelope.wire_crlf_only)
+                                  crlf_only=envelope.wire_crlf_only,
+                                  follow=lambda: self._take_along(connection, attempt))
+
+    def _pipelines(self, smtp: aiosmtplib.SMTP) -> bool:
+        return self._settings.pipelining and smtp.supports_extension("pipelining")
+
+    def _expect_company(self, attempt: AttemptState, smtp: aiosmtplib.SMTP) -> None:
+        """From now until its content is written, this send can take one along."""
+        if not attempt.expects_company and self._pipelines(smtp):
+            attempt.expects_company = True
+            self._slots.expect_company()
+
+    def _take_along(self, smtp: aiosmtplib.SMTP, attempt: AttemptState) -> bytes:
+        """The first waiting send's MAIL, RCPT and DATA, to write behind this send's
+        content (see :mod:`mailout.transports.smtp.pool`); b"" when no send waits or
+        the connection does not pipeline."""
+        if not attempt.expects_company:
+            return b""
+        attempt.expects_company = False
+        self._slots.company_done()
+        waiter = self._slots.first_waiting()
+        if waiter is None:
+            return b""
+        try:
+            group = pipelined_group(smtp, waiter.envelope)
+        except Exception:  # a bad address, a failing wire form: that send finds out itself
+            return b""
+        self._slots.take_along(waiter)
+        attempt.taken_along = waiter
+        return group
+
+    async def _pass_on(self, attempt: AttemptState, outcome: SendOutcome) -> None:
+        """Release the connection and the slot. With a send taken along, read its
+        replies first (the next thing on the connection, under a deadline of its own),
+        and hand both to it; if that fails, it gets the slot and starts afresh."""
+        self._alone(attempt)
+        taken, smtp = attempt.taken_along, attempt.smtp
+        if taken is None or smtp is None:
+            self._release(smtp, outcome)
+            self._slots.release()
+            return
+        attempt.taken_along = None
+        replies = None
+        try:
+            if not self._closed and smtp.is_connected and _reusable(outcome):
+                expected = expected_replies(len(taken.envelope.recipients))
+                async with asyncio.timeout(self._settings.timeout):
+                    replies = await read_group(smtp, expected, AttemptState())
+        except (SMTPException, OSError, TimeoutError):
+            replies = None
+        except BaseException:
+            discard(smtp)
+            if not self._slots.hand_over(taken, None):
+                self._slots.release()
+            raise
+        handover = Handover(smtp, tuple(replies)) if replies else None
+        if handover is None:
+            discard(smtp)
+        if not self._slots.hand_over(taken, handover):  # cancelled meanwhile
+            if handover is not None:
+                discard(smtp)  # its replies were read: out of step for anyone else
+            self._slots.release()
+
+    def _let_go(self, attempt: AttemptState, outcome: SendOutcome | None) -> None:
+        """Release after a cancelled send: the connection goes; a send taken along
+        gets the slot and starts afresh."""
+        self._alone(attempt)
+        self._release(attempt.smtp, outcome)
+        taken, attempt.taken_along = attempt.taken_along, None
+        if taken is None or not self._slots.hand_over(taken, None):
+            self._slots.release()
+
+    def _alone(self, attempt: AttemptState) -> None:
+        """A send that ends before its content takes nobody along."""
+        if attempt.expects_company:
+            attempt.expects_company = False
+            self._slots.company_done()
 
     async def _pooled(self, attempt: AttemptState) -> aiosmtplib.SMTP | None:
         """An idle connection in a clean state (RSET if needed), if there is one."""
@@ -187,6 +287,7 @@ class SmtpTransport:
         )
         attempt.smtp, attempt.stage = smtp, Stage.CONNECT
         attempt.reply = reply_of(await smtp.connect())
+        keep_replies(smtp)
         log.debug("opened SMTP connection to %s:%d", settings.host, settings.port)
         attempt.stage = Stage.EHLO
         attempt.reply = reply_of(await smtp.ehlo())

@@ -27,17 +27,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import aiosmtplib
 from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import SMTPException, SMTPResponseException, SMTPServerDisconnected
-from aiosmtplib.protocol import SMTPProtocol
+from aiosmtplib.protocol import MAX_RESPONSE_LENGTH, SMTPProtocol
 
 from mailout.transports.base import Envelope
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply
+
+if TYPE_CHECKING:
+    from mailout.transports.smtp.pool import Waiter
 
 log = logging.getLogger("mailout.transports.smtp.client")
 
@@ -53,7 +57,7 @@ class Abort(Exception):
         self.outcome = outcome
 
 
-@dataclass
+@dataclass(slots=True)
 class AttemptState:
     """Where one send (or check) has got to."""
 
@@ -61,6 +65,41 @@ class AttemptState:
     reply: Reply | None = None  # the last positive reply
     smtp: aiosmtplib.SMTP | None = None
     rcpt: tuple[tuple[str, Reply], ...] = ()  # each recipient's RCPT reply so far
+    # A waiting send whose MAIL, RCPT and DATA went out behind this one's content
+    # (mailout.transports.smtp.pool): the connection passes to it afterwards.
+    taken_along: Waiter | None = None
+    expects_company: bool = False  # counted in the pool's Slots.expect_company
+
+
+class RepliesKeptProtocol(SMTPProtocol):
+    """aiosmtplib's protocol, but data that arrives while a parsed reply awaits pickup
+    is kept for the next read instead of dropped.
+
+    aiosmtplib sends one command at a time, so to it such data is out of turn. mailout
+    pipelines: the reply to RCPT can arrive in the moment between the MAIL reply's
+    arrival and its reader's turn on the event loop, and would be lost (the read of it
+    would then wait out the deadline). Data while no reply is due (an idle connection's
+    "421 timeout" notice) is still dropped, as aiosmtplib does.
+    """
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._response_waiter
+        if waiter is not None and waiter.done() and self._response_pending:
+            self._buffer.extend(data)  # behind the parsed reply: the next read's
+            if len(self._buffer) > MAX_RESPONSE_LENGTH and self.transport is not None:
+                self.transport.close()  # no sane server sends this much unasked
+            return
+        super().data_received(data)
+
+
+def keep_replies(smtp: aiosmtplib.SMTP) -> None:
+    """Make ``smtp``'s protocol a :class:`RepliesKeptProtocol` (connected, before any
+    command is pipelined). Both the stdlib's and uvloop's transports look up
+    ``data_received`` again when their protocol is set."""
+    protocol = protocol_of(smtp)
+    protocol.__class__ = RepliesKeptProtocol  # same layout: a subclass adding no state
+    if protocol.transport is not None:
+        protocol.transport.set_protocol(protocol)
 
 
 def reply_of(response: SMTPResponse) -> Reply:
@@ -74,34 +113,45 @@ _DATA_OK: Final = (Stage.DATA, (smtpcodes.START_MAIL_INPUT,))
 _Expected = tuple[Stage, tuple[int, ...]]
 
 
-def _expected(recipients: int) -> list[_Expected]:
+_ONE_RECIPIENT: Final = (_MAIL_OK, _RCPT_OK, _DATA_OK)
+
+
+def expected_replies(recipients: int) -> Sequence[_Expected]:
     """The stage and accepted codes of each command: MAIL, one RCPT each, DATA."""
+    if recipients == 1:
+        return _ONE_RECIPIENT
     return [_MAIL_OK, *([_RCPT_OK] * recipients), _DATA_OK]
 
 
 async def transaction(
     smtp: aiosmtplib.SMTP, envelope: Envelope, attempt: AttemptState, pipelining: bool,
-    *, pooled: bool = False,
+    *, pooled: bool = False, answered: Sequence[SMTPResponse] | None = None,
 ) -> bool:
     """MAIL FROM, RCPT TO and DATA, up to the server's 354.
 
     With ``pipelining``, and when the server offers it: the three commands leave in one
     write and the replies are read in order; otherwise each waits for the one before.
+    ``answered``: the commands went out behind another send's content and these are
+    their replies, already read (:func:`read_group`); nothing is written or read.
     Every RCPT reply is kept in ``attempt.rcpt``. A negative reply to MAIL or DATA
     raises it (SMTPResponseException) at its stage; refused recipients end the
     transaction only when no recipient was accepted (an :class:`Abort` at RCPT
     carrying every reply). False if a pooled connection proved dead before its first
     reply: nothing was done there, so the caller opens a new connection.
     """
-    commands = _commands(smtp, envelope)
     recipients = envelope.recipients
-    expected = _expected(len(recipients))
-    pipelined = pipelining and smtp.supports_extension("pipelining")
+    expected = expected_replies(len(recipients))
     try:
-        if pipelined:
-            replies = await _pipelined(smtp, commands, expected, attempt)
+        if answered is not None:
+            replies = list(answered)
+        elif pipelining and smtp.supports_extension("pipelining"):
+            protocol = protocol_of(smtp)
+            protocol._response_pending = True
+            attempt.stage = Stage.MAIL
+            protocol.write(pipelined_group(smtp, envelope))
+            replies = await read_group(smtp, expected, attempt)
         else:
-            replies = await _one_by_one(smtp, commands, expected, attempt)
+            replies = await _one_by_one(smtp, _commands(smtp, envelope), expected, attempt)
     except ConnectionError:  # e.g. the server closed it while idle, unnoticed until now
         if not (pooled and attempt.stage is Stage.MAIL):
             raise
@@ -155,6 +205,12 @@ def _commands(smtp: aiosmtplib.SMTP, envelope: Envelope) -> list[bytes]:
     return [*lines, b"DATA\r\n"]
 
 
+def pipelined_group(smtp: aiosmtplib.SMTP, envelope: Envelope) -> bytes:
+    """MAIL, RCPT and DATA for ``envelope`` as one pipelined group (RFC 2920), the
+    options chosen for what ``smtp``'s server offers. ValueError as :func:`_commands`."""
+    return b"".join(_commands(smtp, envelope))
+
+
 def protocol_of(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
     protocol = smtp.protocol
     if protocol is None or not protocol.is_connected:
@@ -163,7 +219,8 @@ def protocol_of(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
 
 
 async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
-                      expected: list[_Expected], attempt: AttemptState) -> list[SMTPResponse]:
+                      expected: Sequence[_Expected],
+                      attempt: AttemptState) -> list[SMTPResponse]:
     """Each command after the reply to the one before. Stops at a refused MAIL, after a
     421 (the server is closing), and before DATA when every recipient was refused; a
     refused RCPT alone does not stop it."""
@@ -185,17 +242,14 @@ async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
     return replies
 
 
-async def _pipelined(smtp: aiosmtplib.SMTP, commands: list[bytes],
-                     expected: list[_Expected], attempt: AttemptState) -> list[SMTPResponse]:
-    """All commands in one write, then their replies in order (RFC 2920).
+async def read_group(smtp: aiosmtplib.SMTP, expected: Sequence[_Expected],
+                     attempt: AttemptState) -> list[SMTPResponse]:
+    """The replies to a pipelined group already written (RFC 2920), in order.
 
     After a negative reply the server may close (421) or stay silent: the replies
     still owed are then given up and the connection closed, since it is out of step.
     """
     protocol = protocol_of(smtp)
-    protocol._response_pending = True
-    attempt.stage = Stage.MAIL
-    protocol.write(b"".join(commands))
     replies: list[SMTPResponse] = []
     refused = False
     for stage, accepted in expected:
@@ -215,9 +269,10 @@ async def next_reply(protocol: SMTPProtocol) -> SMTPResponse:
     """The next reply on ``protocol``.
 
     aiosmtplib parses one reply per read and keeps the rest of what arrived in its
-    buffer, where later pipelined replies can already be waiting. It drops data that
-    arrives while no reply is due, so a pipelined group is read back to back: no
-    await between one reply's return and the call for the next. The buffer and its
+    buffer, where later pipelined replies can already be waiting. Data that arrives
+    while no reply is due is dropped (:class:`RepliesKeptProtocol` only keeps what
+    comes while a parsed reply awaits pickup), so a pipelined group is read back to
+    back: no await between one reply's return and the call for the next. The buffer and its
     parser are aiosmtplib internals (unchanged from 3.0 to 5.1); the transport tests
     run every outcome through them, pipelined and not.
     """
@@ -245,11 +300,15 @@ async def abandon_data(smtp: aiosmtplib.SMTP) -> None:
 
 
 async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState, *,
-                       crlf_only: bool = False) -> SendOutcome:
+                       crlf_only: bool = False,
+                       follow: Callable[[], bytes] | None = None) -> SendOutcome:
     """After the 354: content and ".", and the final reply, tracking whether content left.
 
     ``crlf_only``: ``data`` is known to have CRLF line ends only, ending in one (see
-    :func:`wire_content`)."""
+    :func:`wire_content`). ``follow``, called just before the content is written,
+    gives bytes to write right after the "." in the same write (another send's
+    pipelined group), or b"". Their replies come after the final reply; they are left
+    for :func:`read_group`, which must be called before anything else is awaited."""
     attempt.stage = Stage.DATA
     protocol = smtp.protocol
     # Let events that arrived with the 354 (a close) be processed before writing.
@@ -260,7 +319,7 @@ async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState
         raise Abort(SendOutcome(Stage.DATA, failure=Failure.DISCONNECT, detail=detail))
     attempt.stage = Stage.BODY
     protocol._response_pending = True  # as execute_data_command: a reply is now due
-    await _write_content(protocol, data, crlf_only)
+    await _write_content(protocol, data, crlf_only, b"" if follow is None else follow())
     reply = reply_of(await next_reply(protocol))
     # The RCPT replies go in now, so that _run need not copy the outcome to add them.
     if reply.code // 100 == smtpcodes.POSITIVE:
@@ -271,8 +330,10 @@ async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState
 WRITE_CHUNK: Final = 256 * 1024  # large contents go out in pieces of this size
 
 
-async def _write_content(protocol: SMTPProtocol, data: bytes, crlf_only: bool) -> None:
-    """The content with CRLF line endings, dot-stuffing and the terminating ".".
+async def _write_content(protocol: SMTPProtocol, data: bytes, crlf_only: bool,
+                         after: bytes) -> None:
+    """The content with CRLF line endings, dot-stuffing and the terminating ".", then
+    ``after`` in the same write.
 
     A message of mailout's own renderer (CRLF only, no line starting with a dot: the
     common case) is written as it is, without a copy. A large one goes out in
@@ -281,12 +342,12 @@ async def _write_content(protocol: SMTPProtocol, data: bytes, crlf_only: bool) -
     """
     content = wire_content(data, crlf_only=crlf_only)
     if len(content) <= WRITE_CHUNK:
-        protocol.write(content + b".\r\n")
+        protocol.write(b"".join((content, b".\r\n", after)))
         return
     for start in range(0, len(content), WRITE_CHUNK):
         protocol.write(content[start:start + WRITE_CHUNK])  # a piece is copied, not all
         await protocol._drain_helper()  # aiosmtplib's flow control (FlowControlMixin)
-    protocol.write(b".\r\n")
+    protocol.write(b".\r\n" + after)
 
 
 def wire_content(data: bytes, *, crlf_only: bool = False) -> bytes:
