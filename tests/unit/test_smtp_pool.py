@@ -45,24 +45,26 @@ async def test_a_free_slot_is_taken_at_once_and_the_rest_wait_in_order() -> None
     assert third.result() is None
 
 
-async def test_a_send_expecting_company_makes_the_next_one_wait_for_it() -> None:
-    slots = Slots(4)
+async def test_the_first_waiting_send_is_taken_along_and_handed_the_connection() -> None:
+    slots = Slots(2)
     assert await slots.acquire(envelope(0)) is None
-    slots.expect_company()
-    rider = asyncio.create_task(slots.acquire(envelope(1)))
+    assert await slots.acquire(envelope(1)) is None  # a free slot is never held back
+    rider = asyncio.create_task(slots.acquire(envelope(2)))
+    later = asyncio.create_task(slots.acquire(envelope(3)))
     await settle()
-    assert not rider.done()  # queued although three slots are free
-    # Only one rides along per send expecting company: the next takes a free slot.
-    assert await slots.acquire(envelope(2)) is None
     waiter = slots.first_waiting()
     assert waiter is not None
-    assert waiter.envelope == envelope(1)
+    assert waiter.envelope == envelope(2)
     slots.take_along(waiter)
-    slots.company_done()
-    assert slots.first_waiting() is None
+    follower = slots.first_waiting()
+    assert follower is not None
+    assert follower.envelope == envelope(3)
     handover = Handover(smtp=None, replies=())  # type: ignore[arg-type]  # (no connection needed)
     assert slots.hand_over(waiter, handover)
     assert await rider is handover
+    assert not later.done()  # still waiting for a slot of its own
+    slots.release()
+    assert await later is None
 
 
 async def test_a_cancelled_waiter_leaves_the_queue() -> None:

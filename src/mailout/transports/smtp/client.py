@@ -13,9 +13,9 @@ classifies it into the provider-neutral :class:`SendResult`. Choices worth knowi
   :mod:`mailout.transports.smtp.transaction`'s to say.
 * The deadline (``timeout``) covers one send from taking a pooled connection to
   the final reply; waiting for a free pool slot is not part of it.
-* On a server that offers PIPELINING a connection carries two sends under way at
-  once: the content of one and the MAIL, RCPT and DATA of the next go out in one
-  write (:mod:`mailout.transports.smtp.pool`). The next send's replies are read
+* On a server that offers PIPELINING, a send that waits for a pool slot rides on
+  another's connection: the content of one and the MAIL, RCPT and DATA of the next
+  go out in one write (:mod:`mailout.transports.smtp.pool`). The next send's replies are read
   after the final reply, under a deadline of their own; if they do not come, or the
   connection cannot go on (a 421, a lost reply), that send starts afresh on another
   connection: nothing of it has left but its envelope.
@@ -164,18 +164,14 @@ class SmtpTransport:
         smtp: aiosmtplib.SMTP | None
         if handover is not None:  # taken along: our commands are answered already
             smtp = attempt.smtp = handover.smtp
-            self._expect_company(attempt, smtp)
             ready = await transaction(handover.smtp, envelope, attempt, pipelining,
                                       pooled=True, answered=handover.replies)
         else:
             smtp = await self._pooled(attempt)
-            if smtp is not None:
-                self._expect_company(attempt, smtp)
             ready = smtp is not None and await transaction(smtp, envelope, attempt,
                                                            pipelining, pooled=True)
         if smtp is None or not ready:
             smtp = await self._open(attempt)
-            self._expect_company(attempt, smtp)
             await transaction(smtp, envelope, attempt, pipelining)
         connection = smtp
         return await send_content(smtp, envelope.wire, attempt,
@@ -185,22 +181,12 @@ class SmtpTransport:
     def _pipelines(self, smtp: aiosmtplib.SMTP) -> bool:
         return self._settings.pipelining and smtp.supports_extension("pipelining")
 
-    def _expect_company(self, attempt: AttemptState, smtp: aiosmtplib.SMTP) -> None:
-        """From now until its content is written, this send can take one along."""
-        if not attempt.expects_company and self._pipelines(smtp):
-            attempt.expects_company = True
-            self._slots.expect_company()
-
     def _take_along(self, smtp: aiosmtplib.SMTP, attempt: AttemptState) -> bytes:
         """The first waiting send's MAIL, RCPT and DATA, to write behind this send's
         content (see :mod:`mailout.transports.smtp.pool`); b"" when no send waits or
         the connection does not pipeline."""
-        if not attempt.expects_company:
-            return b""
-        attempt.expects_company = False
-        self._slots.company_done()
         waiter = self._slots.first_waiting()
-        if waiter is None:
+        if waiter is None or not self._pipelines(smtp):
             return b""
         try:
             group = pipelined_group(smtp, waiter.envelope)
@@ -214,7 +200,6 @@ class SmtpTransport:
         """Release the connection and the slot. With a send taken along, read its
         replies first (the next thing on the connection, under a deadline of its own),
         and hand both to it; if that fails, it gets the slot and starts afresh."""
-        self._alone(attempt)
         taken, smtp = attempt.taken_along, attempt.smtp
         if taken is None or smtp is None:
             self._release(smtp, outcome)
@@ -245,17 +230,10 @@ class SmtpTransport:
     def _let_go(self, attempt: AttemptState, outcome: SendOutcome | None) -> None:
         """Release after a cancelled send: the connection goes; a send taken along
         gets the slot and starts afresh."""
-        self._alone(attempt)
         self._release(attempt.smtp, outcome)
         taken, attempt.taken_along = attempt.taken_along, None
         if taken is None or not self._slots.hand_over(taken, None):
             self._slots.release()
-
-    def _alone(self, attempt: AttemptState) -> None:
-        """A send that ends before its content takes nobody along."""
-        if attempt.expects_company:
-            attempt.expects_company = False
-            self._slots.company_done()
 
     async def _pooled(self, attempt: AttemptState) -> aiosmtplib.SMTP | None:
         """An idle connection in a clean state (RSET if needed), if there is one."""

@@ -9,11 +9,11 @@ first command of a group, MAIL and RCPT may appear anywhere in it). Once the fin
 reply and the taken-along send's replies are read, the slot and the connection pass
 to it: one write and one round trip a message instead of two.
 
-A send waits for company even when a slot is free: while some send holding a slot
-on such a connection has not written its content yet and nobody is queued to go
-along with it (see :meth:`Slots.expect_company`), a new send queues to ride along.
-So sends pair up whenever two are under way at once, not only when the pool is
-full, and a connection carries two of them.
+Only a send that would wait anyway (every slot taken) is taken along: a free slot is
+never held back for company, so a slow server's reply to one send never delays
+another that could have had a connection of its own. A connection then carries two
+sends, which doubles what a capped pool (``SMTP_POOL_SIZE`` below the concurrency, as
+providers that limit connections need) sends per round trip.
 
 This module keeps the slots and the queue; what happens on a connection is the
 client's and the transaction's to say.
@@ -58,20 +58,15 @@ class Slots:
     def __init__(self, size: int) -> None:
         self._free = size
         self._waiting: deque[Waiter] = deque()
-        # Sends holding a slot that will write their content on a pipelining connection
-        # and have taken nobody along yet: each can take one waiting send.
-        self._lonely = 0
 
     async def acquire(self, envelope: Envelope) -> Handover | None:
         """A slot for ``envelope``'s send, waiting in turn when none is free.
 
         None: the caller holds a slot and finds its own connection. A Handover: it
         holds a slot and that connection, with its commands answered. Cancelled while
-        waiting, it gives back whatever it was handed. With a send that expects
-        company and nobody queued for it, the caller queues even if a slot is free.
+        waiting, it gives back whatever it was handed.
         """
-        queued = len(self._waiting)
-        if self._free > 0 and queued >= self._lonely:
+        if self._free > 0:
             self._free -= 1
             return None
         waiter = Waiter(envelope)
@@ -120,13 +115,3 @@ class Slots:
             return False
         waiter.handed.set_result(handover)
         return True
-
-    def expect_company(self) -> None:
-        """The caller holds a slot and will write its content on a pipelining
-        connection: one waiting send may go along (new sends queue for it)."""
-        self._lonely += 1
-
-    def company_done(self) -> None:
-        """The caller wrote its content (taking someone along or not) or gave up
-        before: it no longer takes anyone along."""
-        self._lonely -= 1

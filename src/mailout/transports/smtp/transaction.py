@@ -68,7 +68,6 @@ class AttemptState:
     # A waiting send whose MAIL, RCPT and DATA went out behind this one's content
     # (mailout.transports.smtp.pool): the connection passes to it afterwards.
     taken_along: Waiter | None = None
-    expects_company: bool = False  # counted in the pool's Slots.expect_company
 
 
 class RepliesKeptProtocol(SMTPProtocol):
