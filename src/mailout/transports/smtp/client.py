@@ -46,13 +46,13 @@ from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import (
     SMTPException,
     SMTPResponseException,
-    SMTPServerDisconnected,
 )
 
 from mailout.transports.base import CheckResult, Envelope, SendResult
 from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.classify import to_result
+from mailout.transports.smtp.failures import outcome_for_error
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage, parse_reply
 from mailout.transports.smtp.pool import Handover, Slots
 from mailout.transports.smtp.settings import (
@@ -77,8 +77,6 @@ from mailout.transports.smtp.transaction import (
 log = logging.getLogger("mailout.transports.smtp.client")
 
 QUIT_TIMEOUT: Final = 2.0  # seconds allowed for a polite QUIT when closing
-_MIN_CODE: Final = 100  # aiosmtplib reports an unparsable reply as code -1
-_TLS_STAGES: Final = (Stage.CONNECT, Stage.STARTTLS)
 _OPEN_TRANSACTION: Final = (Stage.MAIL, Stage.RCPT, Stage.DATA)  # a reply here needs RSET
 
 
@@ -119,7 +117,7 @@ class SmtpTransport:
             try:
                 outcome = await self._run(attempt, self._deliver(attempt, envelope, handover))
             except BaseException:  # cancelled from outside: the connection state is unknown
-                self._let_go(attempt, None)
+                self._let_go(attempt)
                 raise
             await self._pass_on(attempt, outcome)
             return outcome
@@ -150,7 +148,7 @@ class SmtpTransport:
         except Abort as abort:
             outcome = abort.outcome
         except (SMTPException, OSError, TimeoutError) as exc:
-            outcome = _outcome_for(exc, attempt.stage, self._settings.timeout)
+            outcome = outcome_for_error(exc, attempt.stage, self._settings.timeout)
         if outcome.stage is Stage.AUTH and outcome.reply is not None:
             # An AUTH reply can echo a challenge or the credentials: keep the codes only.
             outcome = replace(outcome, reply=replace(outcome.reply, text=AUTH_REPLY_REDACTED))
@@ -227,10 +225,10 @@ class SmtpTransport:
                 discard(smtp)  # its replies were read: out of step for anyone else
             self._slots.release()
 
-    def _let_go(self, attempt: AttemptState, outcome: SendOutcome | None) -> None:
+    def _let_go(self, attempt: AttemptState) -> None:
         """Release after a cancelled send: the connection goes; a send taken along
         gets the slot and starts afresh."""
-        self._release(attempt.smtp, outcome)
+        self._release(attempt.smtp, None)
         taken, attempt.taken_along = attempt.taken_along, None
         if taken is None or not self._slots.hand_over(taken, None):
             self._slots.release()
@@ -377,33 +375,3 @@ async def _quit(smtp: aiosmtplib.SMTP) -> None:
             async with asyncio.timeout(QUIT_TIMEOUT):
                 await smtp.quit()
     discard(smtp)
-
-
-def _outcome_for(exc: BaseException, stage: Stage, timeout: float) -> SendOutcome:
-    if isinstance(exc, SMTPResponseException) and exc.code >= _MIN_CODE:
-        return SendOutcome(stage, reply=parse_reply(exc.code, exc.message), failure=Failure.REPLY)
-    failure = _failure_kind(exc, stage)
-    if failure is Failure.TIMEOUT:
-        return SendOutcome(stage, failure=failure, detail=f"timed out after {timeout:g}s")
-    return SendOutcome(stage, failure=failure, detail=f"{type(exc).__name__}: {exc}"[:200])
-
-
-def _failure_kind(exc: BaseException, stage: Stage) -> Failure:
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain and len(chain) < 8:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-
-    def has(*kinds: type[BaseException]) -> bool:
-        return any(isinstance(e, kinds) for e in chain)
-
-    if stage in _TLS_STAGES and has(ssl.SSLError):
-        return Failure.TLS
-    if has(socket.gaierror):
-        return Failure.DNS
-    if has(TimeoutError):
-        return Failure.TIMEOUT
-    if stage is Stage.CONNECT and has(OSError) and not has(SMTPServerDisconnected):
-        return Failure.REFUSED
-    return Failure.DISCONNECT
