@@ -5,6 +5,7 @@ completed, as through ``Connection.execute``, and a listener still sees both."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +15,7 @@ from sqlalchemy import Engine, event, select
 
 from mailout import db
 from mailout.db import direct, leasing, outcomes
-from mailout.db.schema import messages
+from mailout.db.schema import attempts, messages
 from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
 from mailout.outbox import EnqueueSettings, enqueue
 
@@ -126,3 +127,27 @@ def test_a_completion_batch_updates_and_fences_as_through_sqlalchemy(
             expected = ("sending", None) if row.id in fenced else ("sent", f"X-{row.id}")
             assert (row.status, row.provider_message_id) == expected
     assert any("jsonb_to_recordset" in s for s in seen)
+
+
+def test_a_claim_is_one_statement_committed_on_its_own(pg: Engine) -> None:
+    """The worker claims in autocommit on PostgreSQL (no BEGIN, no COMMIT): the claim
+    statement leases the rows and logs an abandoned attempt as unknown in one go, so
+    another connection sees both before the claiming connection is even closed."""
+    _fill(pg, "alone")
+    with db.immediate(pg) as conn:  # an earlier claim whose worker died
+        first = leasing.claim(conn, owner="w-dead", limit=1, lease_seconds=0.2,
+                              transport="smtp")
+    time.sleep(0.4)
+    with db.immediate(pg, one_statement=True) as conn:
+        claimed = leasing.claim(conn, owner="w-new", limit=10, lease_seconds=60,
+                                transport="smtp")
+        assert conn.connection.dbapi_connection is not None
+        assert conn.connection.dbapi_connection.info.transaction_status.name == "IDLE"
+        with pg.connect() as other:  # committed already: nothing left open
+            leased = other.execute(select(messages.c.id).where(
+                messages.c.lease_owner == "w-new")).scalars().all()
+            logged = other.execute(select(attempts.c.outbox_id, attempts.c.outcome,
+                                          attempts.c.worker)).all()
+    assert sorted(leased) == sorted(m.id for m in claimed)
+    assert [m.id for m in claimed if m.reclaimed] == [first[0].id]
+    assert [tuple(r) for r in logged] == [(first[0].id, "unknown", "w-dead")]

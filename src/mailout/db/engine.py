@@ -166,22 +166,29 @@ def _sqlite_begin(conn: Any) -> None:
 
 
 @contextmanager
-def immediate(engine: Engine) -> Iterator[Connection]:
+def immediate(engine: Engine, *, one_statement: bool = False) -> Iterator[Connection]:
     """A transaction that reads then writes (a claim). On SQLite it takes the write lock
-    up front; elsewhere it is an ordinary transaction."""
-    with engine.connect().execution_options(mailout_immediate=True) as conn, conn.begin():
+    up front; elsewhere it is an ordinary transaction.
+
+    ``one_statement``: the caller's writes are a single statement, atomic on its own
+    (a PostgreSQL claim, see ``dialects.claims_in_one_statement``), so the connection
+    is in autocommit: no BEGIN and COMMIT, two round trips fewer. Reads before it
+    (the pause list) then see the database as of their own statement."""
+    options: dict[str, object] = (
+        {"isolation_level": "AUTOCOMMIT"} if one_statement else {"mailout_immediate": True})
+    with engine.connect().execution_options(**options) as conn, conn.begin():
         yield conn
 
 
 def immediate_retrying(engine: Engine, work: Callable[[Connection], T],
-                       tries: int = LOCK_CONFLICT_TRIES) -> T:
+                       tries: int = LOCK_CONFLICT_TRIES, *, one_statement: bool = False) -> T:
     """Run ``work`` in an :func:`immediate` transaction; when the database gives up
     on a lock (InnoDB's deadlock victim, a lock wait timeout), the transaction was
     rolled back whole, so run it again, at most ``tries`` times in all. The last
     conflict propagates; any other error at once."""
     for attempt in range(1, tries + 1):
         try:
-            with immediate(engine) as conn:
+            with immediate(engine, one_statement=one_statement) as conn:
                 return work(conn)
         except DBAPIError as exc:
             if attempt == tries or not dialects.is_lock_conflict(exc):

@@ -159,8 +159,11 @@ def claim(
     if dialects.claims_in_one_statement(conn):
         stmt = _pg_claim(tuple(queues or ()), tuple(exclude_queues), tuple(exclude_templates),
                          expired_only)
-        # One fetch for the batch, on the driver's cursor when nothing observes it.
-        return _claimed_rows(conn, direct.fetch_mappings(conn, stmt, params))
+        # One fetch for the batch, on the driver's cursor when nothing observes it. The
+        # statement logs the abandoned attempts itself: it is the whole claim, so the
+        # caller may run it in autocommit (see claims_alone).
+        rows = direct.fetch_mappings(conn, stmt, params)
+        return _claimed_rows(conn, rows, logged=True)
     if dialects.claims_in_locking_reads(conn):
         return _claim_locking(conn, params, [*_filters(queues, exclude_queues, exclude_templates),
                                              *_expired_filter(expired_only)])
@@ -276,13 +279,28 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
                    [*_filters(queues, exclude, exclude_templates, arrays=True), *extra],
                    [*_filters(queues, exclude, exclude_templates, queue_indexed=False,
                               arrays=True), *extra])
-    return (
+    claimed = (
         update(messages)
         .where(messages.c.id == due.c.id)
         .ordered_values(*_LEASE_SET)
         .returning(*_CLAIMED_COLUMNS, due.c.prev_status, due.c.prev_owner,
                    due.c.prev_started, _SUPPRESSED, due.c.prev_transport)
+        .cte("claimed")
     )
+    # The attempts whose lease ran out, logged as unknown by the same statement (a
+    # data-modifying CTE): the claim stays one statement, atomic without a transaction.
+    abandoned = select(
+        claimed.c.id, claimed.c.attempts - 1, literal(Outcome.UNKNOWN.value, String),
+        literal(ABANDONED_DETAIL, String), claimed.c.prev_owner, claimed.c.prev_started,
+        claimed.c.prev_transport, db_now(),
+    ).where(claimed.c.prev_status == _SENDING)
+    logged = insert(attempts).from_select(
+        ["outbox_id", "attempt", "outcome", "detail", "worker", "started_at", "transport",
+         "finished_at"], abandoned).cte("abandoned")
+    return select(claimed).add_cte(logged)
+
+
+ABANDONED_DETAIL = "lease expired before the attempt finished"
 
 
 # What a claim reads back: the columns _claimed and _log_abandoned use, and no more
@@ -295,10 +313,13 @@ _CLAIMED_COLUMNS = tuple(messages.c[name] for name in (
     "attachment_digest", "settled", "unknown_since", "unknown_via"))
 
 
-def _claimed_rows(conn: Connection,
-                  rows: Sequence[Mapping[Any, Any]]) -> list[ClaimedMessage]:
+def _claimed_rows(conn: Connection, rows: Sequence[Mapping[Any, Any]], *,
+                  logged: bool = False) -> list[ClaimedMessage]:
+    """``rows`` as ClaimedMessages, highest priority first; unless the claim ``logged``
+    them itself, the abandoned attempts of reclaimed rows are logged here."""
     claimed = [_claimed(r) for r in rows]
-    _log_abandoned(conn, [r for r in rows if r["prev_status"] == _SENDING])
+    if not logged:
+        _log_abandoned(conn, [r for r in rows if r["prev_status"] == _SENDING])
     claimed.sort(key=lambda m: (-m.priority, m.id))
     return claimed
 
@@ -362,7 +383,7 @@ def _log_abandoned(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> None:
                 "outbox_id": r["id"],
                 "attempt": r["attempts"] - 1,
                 "outcome": Outcome.UNKNOWN.value,
-                "detail": "lease expired before the attempt finished",
+                "detail": ABANDONED_DETAIL,
                 "worker": r["prev_owner"],
                 "started_at": r["prev_started"],
                 "transport": r["prev_transport"],

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import attempt, db
-from mailout.db import leasing
+from mailout.db import dialects, leasing
 from mailout.metrics.observer import Observer
 from mailout.models import ClaimedMessage, Completion
 from mailout.policy import Lane
@@ -155,7 +155,10 @@ class LaneRunner:
                                  transport=self.ctx.transport.name)
 
         # A deadlock (MySQL) rolls the claim back whole: it is run again, not raised.
-        return db.immediate_retrying(self.worker.engine, claim)
+        # On PostgreSQL the claim is one statement: it runs without a transaction.
+        engine = self.worker.engine
+        return db.immediate_retrying(engine, claim,
+                                     one_statement=dialects.claims_in_one_statement(engine))
 
     def _wait_time(self) -> float:
         poll = self.worker.options.poll_seconds
