@@ -46,7 +46,6 @@ _QP_LITERAL = bytes(range(0x20, 0x7F)).replace(b"=", b"") + b"\t\n"
 _TRAILING_WHITESPACE = (b"=20", b"=09")  # a space or tab before a line break, escaped
 _ESCAPED_WHITESPACE = {0x20: b"=20", 0x09: b"=09"}
 _FEW_LINES = 16  # up to this many lines, trailing whitespace is looked for line by line
-_DOT = ord(".")  # a line starting with it would need SMTP's dot-stuffing
 
 _EW_PREFIX = "=?utf-8?b?"
 _EW_OVERHEAD = len(_EW_PREFIX) + len("?=")
@@ -210,36 +209,26 @@ def encode_body(content: str) -> tuple[str, bytes]:
 
 
 def _quoted_printable(data: bytes) -> bytes:
-    """Quoted-printable with CRLF line ends and no line over 76 octets.
-
-    No line starts with "." (it is written "=2E"), so SMTP need not dot-stuff the
-    body: a copy of the whole message saved on every send.
-    """
+    """Quoted-printable with CRLF line ends and no line over 76 octets."""
     if not data.translate(None, _QP_LITERAL):
-        # Printable ASCII but "=", tabs and line ends (the common case for generated
-        # text and HTML): only whitespace at a line end needs escaping (RFC 2045 6.7),
-        # and a dot that starts a line is written "=2E" here.
-        if b"\n." in data:
-            data = b"\n=2E".join(data.split(b"\n."))
-        if data.startswith(b"."):
-            data = b"=2E" + data[1:]
-        if data.count(b"\n") < _FEW_LINES:
+        # Printable ASCII, tabs and line ends (the common case for generated text and
+        # HTML): only "=" and whitespace at a line end need escaping (RFC 2045 6.7).
+        escaped = data.replace(b"=", b"=3D")
+        if escaped.count(b"\n") < _FEW_LINES:
             # A look at each line's last octet: cheaper than two searches of the whole
             # text for " \n" and "\t\n" (slow where spaces are frequent, as in text).
             lines = [line[:-1] + _ESCAPED_WHITESPACE[line[-1]]
                      if line and line[-1] in _ESCAPED_WHITESPACE else line
-                     for line in data.split(b"\n")]
+                     for line in escaped.split(b"\n")]
         else:
-            data = data.replace(b" \n", b"=20\n").replace(b"\t\n", b"=09\n")
-            lines = data.split(b"\n")
+            escaped = escaped.replace(b" \n", b"=20\n").replace(b"\t\n", b"=09\n")
+            lines = escaped.split(b"\n")
     else:
         # istext: "\n" stays a hard line break; with only "\n" in the input every
-        # break comes out as "\n" (soft ones as "=\n"). A line of its output may start
-        # with a literal ".": written "=2E", it may then need breaking (below).
-        lines = [b"=2E" + line[1:] if line.startswith(b".") else line
-                 for line in binascii.b2a_qp(data, istext=True).split(b"\n")]
+        # break comes out as "\n" (soft ones as "=\n").
+        lines = binascii.b2a_qp(data, istext=True).split(b"\n")
     # Long lines: all of them on the first path; on the second, b2a_qp lets a line
-    # grow to 78 when it ends in whitespace (written "=20"), or a "=2E" lengthened it.
+    # grow to 78 when it ends in whitespace (written "=20").
     if max(map(len, lines)) > _QP_LINE:
         lines = [_soft_break(line) if len(line) > _QP_LINE else line for line in lines]
     return b"\r\n".join(lines)
@@ -250,7 +239,6 @@ def _soft_break(line: bytes) -> bytes:
 
     Whitespace may end a piece: the "=" follows it on that line (RFC 2045 6.7). The
     last piece may be 76 octets long (it ends in the hard line break, not in "=").
-    A "." that would start a piece is written "=2E" (see :func:`_quoted_printable`).
     """
     step = _QP_LINE - 1
     body, tail = line, b""
@@ -259,30 +247,24 @@ def _soft_break(line: bytes) -> bytes:
     if b"=" not in body:
         # No escape to keep whole: plain slices (the common long line of ASCII text).
         pieces = [body[i : i + step] for i in range(0, len(body), step)]
-        if not any(piece.startswith(b".") for piece in pieces[1:]):
-            if tail and len(pieces[-1]) + len(tail) <= _QP_LINE:
-                pieces[-1] += tail
-            elif tail:
-                pieces.append(tail)
-            return b"=\r\n".join(pieces)
+        if tail and len(pieces[-1]) + len(tail) <= _QP_LINE:
+            pieces[-1] += tail
+        elif tail:
+            pieces.append(tail)
+        return b"=\r\n".join(pieces)
     pieces = []
     start = 0
     end = len(line)
-    while True:
-        lead = b""
-        if start and line[start] == _DOT:
-            lead, start = b"=2E", start + 1
-        if end - start + len(lead) <= _QP_LINE:
-            break
-        cut = start + step - len(lead)
+    while end - start > _QP_LINE:
+        cut = start + step
         # Never cut an "=XX" escape in two: one starting in the last two octets moves
         # to the next piece (two "=" cannot both be there: an escape is three long).
         escape = line.rfind(b"=", cut - 2, cut)
         if escape != -1:
             cut = escape
-        pieces.append(lead + line[start:cut])
+        pieces.append(line[start:cut])
         start = cut
-    pieces.append(lead + line[start:])
+    pieces.append(line[start:])
     return b"=\r\n".join(pieces)
 
 
