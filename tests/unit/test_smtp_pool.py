@@ -1,5 +1,5 @@
 """The SMTP transport's pool slots (mailout.transports.smtp.pool) and the protocol
-that keeps pipelined replies (transaction.RepliesKeptProtocol)."""
+that keeps pipelined replies (transaction.RepliesKept)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from aiosmtplib.protocol import SMTPProtocol
 from mailout.models import Mailbox
 from mailout.transports.base import Envelope
 from mailout.transports.smtp.pool import Handover, Slots
-from mailout.transports.smtp.transaction import RepliesKeptProtocol
+from mailout.transports.smtp.transaction import RepliesKept
 
 
 def envelope(n: int) -> Envelope:
@@ -118,19 +118,18 @@ async def connected() -> AsyncIterator[tuple[socket.socket, asyncio.AbstractEven
     theirs.close()
 
 
-@pytest.mark.parametrize(("protocol_class", "kept"),
-                         [(RepliesKeptProtocol, True), (SMTPProtocol, False)])
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "aiosmtplib-alone"])
 async def test_a_reply_arriving_before_the_previous_one_is_picked_up(
-    connected: tuple[socket.socket, asyncio.AbstractEventLoop],
-    protocol_class: type[SMTPProtocol], kept: bool,
+    connected: tuple[socket.socket, asyncio.AbstractEventLoop], kept: bool,
 ) -> None:
     sock, loop = connected
-    protocol = protocol_class(loop=loop)
+    protocol = SMTPProtocol(loop=loop)
     transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+    receiver: asyncio.Protocol = RepliesKept(protocol) if kept else protocol
     try:
         protocol._response_pending = True  # a pipelined group was written
-        protocol.data_received(b"250 2.1.0 MAIL ok\r\n")  # parsed: awaits pickup
-        protocol.data_received(b"250 2.1.5 RCPT ok\r\n")  # before the reader's turn
+        receiver.data_received(b"250 2.1.0 MAIL ok\r\n")  # parsed: awaits pickup
+        receiver.data_received(b"250 2.1.5 RCPT ok\r\n")  # before the reader's turn
         first = await protocol.read_response()
         assert first.message == "2.1.0 MAIL ok"
         protocol._response_pending = True

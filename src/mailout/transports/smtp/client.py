@@ -112,14 +112,20 @@ class SmtpTransport:
         """Send ``envelope``; report what happened in SMTP's terms."""
         self._active += 1
         try:
-            handover = await self._slots.acquire(envelope)
+            # No coroutine for the common case of a free slot and nobody taken along.
+            slots = self._slots
+            handover = None if slots.take_free() else await slots.acquire(envelope)
             attempt = AttemptState()
             try:
                 outcome = await self._run(attempt, self._deliver(attempt, envelope, handover))
             except BaseException:  # cancelled from outside: the connection state is unknown
                 self._let_go(attempt)
                 raise
-            await self._pass_on(attempt, outcome)
+            if attempt.taken_along is None:
+                self._release(attempt.smtp, outcome)
+                slots.release()
+            else:
+                await self._pass_on(attempt, outcome)
             return outcome
         finally:
             self._active -= 1
@@ -199,7 +205,7 @@ class SmtpTransport:
         replies first (the next thing on the connection, under a deadline of its own),
         and hand both to it; if that fails, it gets the slot and starts afresh."""
         taken, smtp = attempt.taken_along, attempt.smtp
-        if taken is None or smtp is None:
+        if taken is None or smtp is None:  # (the caller handles a send alone itself)
             self._release(smtp, outcome)
             self._slots.release()
             return
@@ -308,6 +314,7 @@ class SmtpTransport:
             detail = "server does not offer STARTTLS, which is required"
             raise Abort(SendOutcome(Stage.STARTTLS, failure=Failure.TLS, detail=detail))
         await smtp.starttls(server_hostname=self._settings.host, tls_context=self._tls)
+        keep_replies(smtp)  # the TLS transport talks to aiosmtplib's protocol directly
         attempt.reply = reply_of(await smtp.ehlo())
 
     def _release(self, smtp: aiosmtplib.SMTP | None, outcome: SendOutcome | None) -> None:

@@ -59,6 +59,13 @@ class Slots:
         self._free = size
         self._waiting: deque[Waiter] = deque()
 
+    def take_free(self) -> bool:
+        """Take a free slot if there is one (the common case, with no waiting)."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self, envelope: Envelope) -> Handover | None:
         """A slot for ``envelope``'s send, waiting in turn when none is free.
 
@@ -66,8 +73,7 @@ class Slots:
         holds a slot and that connection, with its commands answered. Cancelled while
         waiting, it gives back whatever it was handed.
         """
-        if self._free > 0:
-            self._free -= 1
+        if self.take_free():
             return None
         waiter = Waiter(envelope)
         self._waiting.append(waiter)

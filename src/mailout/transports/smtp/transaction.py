@@ -70,35 +70,53 @@ class AttemptState:
     taken_along: Waiter | None = None
 
 
-class RepliesKeptProtocol(SMTPProtocol):
-    """aiosmtplib's protocol, but data that arrives while a parsed reply awaits pickup
-    is kept for the next read instead of dropped.
+class RepliesKept(asyncio.Protocol):
+    """Between the transport and aiosmtplib's protocol: data that arrives while a
+    parsed reply awaits pickup is kept for the next read instead of dropped.
 
     aiosmtplib sends one command at a time, so to it such data is out of turn. mailout
     pipelines: the reply to RCPT can arrive in the moment between the MAIL reply's
     arrival and its reader's turn on the event loop, and would be lost (the read of it
     would then wait out the deadline). Data while no reply is due (an idle connection's
-    "421 timeout" notice) is still dropped, as aiosmtplib does.
+    "421 timeout" notice) is still dropped, as aiosmtplib does. Every other event goes
+    to aiosmtplib's protocol unchanged. (A wrapper, not a subclass swapped in: changing
+    the class of a live protocol slowed every attribute access on it.)
     """
 
+    def __init__(self, protocol: SMTPProtocol) -> None:
+        self.protocol = protocol
+        self._parse = protocol.data_received
+
     def data_received(self, data: bytes) -> None:
-        waiter = self._response_waiter
-        if waiter is not None and waiter.done() and self._response_pending:
-            self._buffer.extend(data)  # behind the parsed reply: the next read's
-            if len(self._buffer) > MAX_RESPONSE_LENGTH and self.transport is not None:
-                self.transport.close()  # no sane server sends this much unasked
+        protocol = self.protocol
+        waiter = protocol._response_waiter
+        if waiter is None or not waiter.done() or not protocol._response_pending:
+            self._parse(data)
             return
-        super().data_received(data)
+        protocol._buffer.extend(data)  # behind the parsed reply: the next read's
+        if len(protocol._buffer) > MAX_RESPONSE_LENGTH and protocol.transport is not None:
+            protocol.transport.close()  # no sane server sends this much unasked
+
+    def eof_received(self) -> bool | None:
+        return self.protocol.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.protocol.resume_writing()
 
 
 def keep_replies(smtp: aiosmtplib.SMTP) -> None:
-    """Make ``smtp``'s protocol a :class:`RepliesKeptProtocol` (connected, before any
-    command is pipelined). Both the stdlib's and uvloop's transports look up
-    ``data_received`` again when their protocol is set."""
+    """Put :class:`RepliesKept` in front of ``smtp``'s protocol (connected, before any
+    command is pipelined; again after STARTTLS, which gives the protocol a new
+    transport). Both the stdlib's and uvloop's transports take a new protocol."""
     protocol = protocol_of(smtp)
-    protocol.__class__ = RepliesKeptProtocol  # same layout: a subclass adding no state
     if protocol.transport is not None:
-        protocol.transport.set_protocol(protocol)
+        protocol.transport.set_protocol(RepliesKept(protocol))
 
 
 def reply_of(response: SMTPResponse) -> Reply:
@@ -269,7 +287,7 @@ async def next_reply(protocol: SMTPProtocol) -> SMTPResponse:
 
     aiosmtplib parses one reply per read and keeps the rest of what arrived in its
     buffer, where later pipelined replies can already be waiting. Data that arrives
-    while no reply is due is dropped (:class:`RepliesKeptProtocol` only keeps what
+    while no reply is due is dropped (:class:`RepliesKept` only keeps what
     comes while a parsed reply awaits pickup), so a pipelined group is read back to
     back: no await between one reply's return and the call for the next. The buffer and its
     parser are aiosmtplib internals (unchanged from 3.0 to 5.1); the transport tests
