@@ -211,9 +211,10 @@ def encode_body(content: str) -> tuple[str, bytes]:
 def _quoted_printable(data: bytes) -> bytes:
     """Quoted-printable with CRLF line ends and no line over 76 octets."""
     if not data.translate(None, _QP_LITERAL):
-        # Printable ASCII, tabs and line ends (the common case for generated text and
-        # HTML): only "=" and whitespace at a line end need escaping (RFC 2045 6.7).
-        escaped = data.replace(b"=", b"=3D")
+        # Printable ASCII but "=" (text with one takes the b2a_qp path below), tabs
+        # and line ends: the common case for generated text and HTML. Only whitespace
+        # at a line end needs escaping (RFC 2045 6.7).
+        escaped = data
         if escaped.count(b"\n") < _FEW_LINES:
             # A look at each line's last octet: cheaper than two searches of the whole
             # text for " \n" and "\t\n" (slow where spaces are frequent, as in text).
