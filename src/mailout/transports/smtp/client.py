@@ -54,7 +54,7 @@ from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.classify import to_result
 from mailout.transports.smtp.failures import outcome_for_error
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage, parse_reply
-from mailout.transports.smtp.pool import Handover, Slots
+from mailout.transports.smtp.pool import Handover, Slots, Waiter
 from mailout.transports.smtp.settings import (
     SmtpSettings,
     TlsMode,
@@ -121,11 +121,12 @@ class SmtpTransport:
             except BaseException:  # cancelled from outside: the connection state is unknown
                 self._let_go(attempt)
                 raise
-            if attempt.taken_along is None:
+            taken, attempt.taken_along = attempt.taken_along, None
+            if taken is None:
                 self._release(attempt.smtp, outcome)
                 slots.release()
             else:
-                await self._pass_on(attempt, outcome)
+                await self._pass_on(attempt, taken, outcome)
             return outcome
         finally:
             self._active -= 1
@@ -200,16 +201,14 @@ class SmtpTransport:
         attempt.taken_along = waiter
         return group
 
-    async def _pass_on(self, attempt: AttemptState, outcome: SendOutcome) -> None:
-        """Release the connection and the slot. With a send taken along, read its
-        replies first (the next thing on the connection, under a deadline of its own),
-        and hand both to it; if that fails, it gets the slot and starts afresh."""
-        taken, smtp = attempt.taken_along, attempt.smtp
-        if taken is None or smtp is None:  # (the caller handles a send alone itself)
-            self._release(smtp, outcome)
-            self._slots.release()
-            return
-        attempt.taken_along = None
+    async def _pass_on(self, attempt: AttemptState, taken: Waiter,
+                       outcome: SendOutcome) -> None:
+        """Pass the slot on to ``taken``, whose commands went out behind this send's
+        content: read its replies first (the next thing on the connection, under a
+        deadline of its own) and hand both over; if that fails, it gets the slot alone
+        and starts afresh."""
+        smtp = attempt.smtp
+        assert smtp is not None  # a send is taken along only behind written content
         replies = None
         try:
             if not self._closed and smtp.is_connected and _reusable(outcome):
@@ -219,17 +218,20 @@ class SmtpTransport:
         except (SMTPException, OSError, TimeoutError):
             replies = None
         except BaseException:
-            discard(smtp)
-            if not self._slots.hand_over(taken, None):
-                self._slots.release()
+            self._hand_on(taken, smtp, None)
             raise
-        handover = Handover(smtp, tuple(replies)) if replies else None
-        if handover is None:
-            discard(smtp)
-        if not self._slots.hand_over(taken, handover):  # cancelled meanwhile
-            if handover is not None:
-                discard(smtp)  # its replies were read: out of step for anyone else
-            self._slots.release()
+        self._hand_on(taken, smtp, Handover(smtp, tuple(replies)) if replies else None)
+
+    def _hand_on(self, taken: Waiter, smtp: aiosmtplib.SMTP, handover: Handover | None) -> None:
+        """Give ``taken`` the slot, with the connection when ``handover`` says so; the
+        connection goes otherwise. If ``taken`` was cancelled meanwhile, the slot goes
+        back to the pool (and a connection whose replies were read goes: out of step)."""
+        if handover is not None and self._slots.hand_over(taken, handover):
+            return
+        discard(smtp)
+        if handover is None and self._slots.hand_over(taken, None):
+            return
+        self._slots.release()
 
     def _let_go(self, attempt: AttemptState) -> None:
         """Release after a cancelled send: the connection goes; a send taken along
