@@ -8,15 +8,24 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, event, select, text
+from sqlalchemy.exc import DBAPIError
 
 from mailout import db
 from mailout.db import direct, leasing, outcomes
 from mailout.db.schema import attempts, messages
-from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
+from mailout.models import (
+    ClaimedMessage,
+    Completion,
+    Mailbox,
+    Outcome,
+    RecipientOutcome,
+    Status,
+)
 from mailout.outbox import EnqueueSettings, enqueue
 
 QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
@@ -151,3 +160,54 @@ def test_a_claim_is_one_statement_committed_on_its_own(pg: Engine) -> None:
     assert sorted(leased) == sorted(m.id for m in claimed)
     assert [m.id for m in claimed if m.reclaimed] == [first[0].id]
     assert [tuple(r) for r in logged] == [(first[0].id, "unknown", "w-dead")]
+
+
+def test_a_held_connection_is_one_connection_until_a_database_error(
+        pg: Engine, pg_url: str) -> None:
+    """A lane's claims run on one connection, checked out (and pinged) once; in
+    autocommit each statement is committed on its own. When the server drops it, the
+    unit sees the error, and the next unit connects afresh."""
+    checkouts: list[object] = []
+    event.listen(pg, "checkout", lambda dbapi_conn, record, proxy: checkouts.append(dbapi_conn))
+    held = db.HeldConnection(pg, **db.immediate_options(one_statement=True))
+    pids = []
+    for _ in range(3):
+        with held.begin() as conn:
+            pids.append(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            assert conn.connection.dbapi_connection is not None
+            assert conn.connection.dbapi_connection.info.transaction_status.name == "IDLE"
+    assert len(set(pids)) == 1
+    assert len(checkouts) == 1
+    other = db.make_engine(pg_url)  # not pg's pool: its checkouts are counted
+    with other.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pids[0]})
+    other.dispose()
+    with pytest.raises(DBAPIError), held.begin() as conn:
+        conn.execute(text("SELECT 1"))
+    with held.begin() as conn:
+        assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pids[0]
+    assert len(checkouts) == 2
+    checkins: list[object] = []
+    event.listen(pg, "checkin", lambda dbapi_conn, record: checkins.append(dbapi_conn))
+    held.close()
+    assert checkins == [checkouts[-1]]
+
+
+def test_a_batch_of_completions_is_one_statement_unless_rows_repeat_or_log_recipients(
+        pg: Engine, tmp_path: Path) -> None:
+    """Such a batch is written in autocommit by the completion writer (one round trip,
+    no BEGIN and COMMIT); any other takes a transaction."""
+    now = datetime.now(UTC)
+    one = [Completion(id=i, lease_token="t", attempt=1, outcome=Outcome.SENT,
+                      status=Status.SENT, started_at=now, worker="w",
+                      recipient="a@example.com") for i in (1, 2, 3)]
+    assert outcomes.completes_in_one_statement(pg, one)
+    assert not outcomes.completes_in_one_statement(pg, [*one, one[0]])
+    several = dataclasses.replace(one[1], recipients=(
+        RecipientOutcome("a@example.com", Outcome.SENT, 250, "2.0.0", "ok"),))
+    assert not outcomes.completes_in_one_statement(pg, [one[0], several])
+    unlogged = dataclasses.replace(several, logged=False)  # parked: nothing is logged
+    assert outcomes.completes_in_one_statement(pg, [one[0], unlogged])
+    sqlite = db.make_engine(f"sqlite:///{tmp_path / 'one.db'}")
+    assert not outcomes.completes_in_one_statement(sqlite, one)
+    sqlite.dispose()

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from mailout.db.engine import (
     DEFAULT_URL,
+    HeldConnection,
     database_url,
     immediate,
+    immediate_options,
     immediate_retrying,
     make_engine,
 )
 
-__all__ = ["DEFAULT_URL", "database_url", "immediate", "immediate_retrying", "make_engine"]
+__all__ = ["DEFAULT_URL", "HeldConnection", "database_url", "immediate", "immediate_options",
+           "immediate_retrying", "make_engine"]

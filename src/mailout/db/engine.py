@@ -165,6 +165,12 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def immediate_options(*, one_statement: bool = False) -> dict[str, object]:
+    """The execution options of an :func:`immediate` transaction: SQLite's write lock
+    at BEGIN, or, for ``one_statement``, autocommit (see :func:`immediate`)."""
+    return {"isolation_level": "AUTOCOMMIT"} if one_statement else {"mailout_immediate": True}
+
+
 @contextmanager
 def immediate(engine: Engine, *, one_statement: bool = False) -> Iterator[Connection]:
     """A transaction that reads then writes (a claim). On SQLite it takes the write lock
@@ -174,21 +180,67 @@ def immediate(engine: Engine, *, one_statement: bool = False) -> Iterator[Connec
     (a PostgreSQL claim, see ``dialects.claims_in_one_statement``), so the connection
     is in autocommit: no BEGIN and COMMIT, two round trips fewer. Reads before it
     (the pause list) then see the database as of their own statement."""
-    options: dict[str, object] = (
-        {"isolation_level": "AUTOCOMMIT"} if one_statement else {"mailout_immediate": True})
+    options = immediate_options(one_statement=one_statement)
     with engine.connect().execution_options(**options) as conn, conn.begin():
         yield conn
 
 
-def immediate_retrying(engine: Engine, work: Callable[[Connection], T],
+class HeldConnection:
+    """One pooled connection kept across units of work that run one at a time (a
+    lane's claims, the completion writer's batches), each in :meth:`begin`.
+
+    A connection checked out of the pool for each unit costs the pool's pre-ping, a
+    round trip, every time; held, it is pinged only when (re)connected, and
+    PostgreSQL keeps its prepared statements. A database error invalidates it, since
+    the server may have restarted or dropped it: the error propagates and the next
+    unit connects afresh. Not for concurrent use (a Connection is not thread-safe);
+    sequential use from different threads (``asyncio.to_thread``) is fine.
+    """
+
+    def __init__(self, engine: Engine, **options: object) -> None:
+        self._engine = engine
+        self._options = options  # execution options, set on each new connection
+        self._conn: Connection | None = None
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """The held connection in a transaction, committed when the block ends."""
+        conn = self._conn
+        if conn is None:
+            conn = self._engine.connect()
+            if self._options:
+                conn.execution_options(**self._options)
+            self._conn = conn
+        try:
+            with conn.begin():
+                yield conn
+        except DBAPIError:
+            self._conn = None
+            conn.invalidate()
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        """Give the connection back to the pool (a later :meth:`begin` takes another)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def immediate_retrying(engine: Engine | HeldConnection, work: Callable[[Connection], T],
                        tries: int = LOCK_CONFLICT_TRIES, *, one_statement: bool = False) -> T:
     """Run ``work`` in an :func:`immediate` transaction; when the database gives up
     on a lock (InnoDB's deadlock victim, a lock wait timeout), the transaction was
     rolled back whole, so run it again, at most ``tries`` times in all. The last
-    conflict propagates; any other error at once."""
+    conflict propagates; any other error at once.
+
+    Given a :class:`HeldConnection` (opened with :func:`immediate_options`), the
+    transaction runs on its connection, and ``one_statement`` is not looked at."""
     for attempt in range(1, tries + 1):
         try:
-            with immediate(engine, one_statement=one_statement) as conn:
+            opened = (engine.begin() if isinstance(engine, HeldConnection)
+                      else immediate(engine, one_statement=one_statement))
+            with opened as conn:
                 return work(conn)
         except DBAPIError as exc:
             if attempt == tries or not dialects.is_lock_conflict(exc):

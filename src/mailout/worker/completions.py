@@ -19,9 +19,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from mailout import db
 from mailout.db import outcomes
 from mailout.models import Completion
 
@@ -41,7 +42,6 @@ class CompletionWriter:
 
     def __init__(self, engine: Engine, on_written: Callable[[list[Completion], set[int]], None],
                  more_coming: Callable[[], bool] = lambda: True):
-        self._engine = engine
         self._on_written = on_written
         # Whether sends are still in flight: when none is, waiting for a bigger batch
         # would only add latency (a login code sent to an idle worker).
@@ -51,7 +51,12 @@ class CompletionWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
-        self._conn: Connection | None = None  # used by one _write at a time
+        # One _write at a time, on connections kept (a database error drops one, and
+        # the retry connects afresh): a batch that is one statement (most, on
+        # PostgreSQL) runs on one in autocommit, without BEGIN and COMMIT.
+        self._engine = engine
+        self._in_transaction = db.HeldConnection(engine)
+        self._on_its_own = db.HeldConnection(engine, isolation_level="AUTOCOMMIT")
 
     def add(self, completion: Completion) -> None:
         self._buffer.append(completion)
@@ -100,9 +105,8 @@ class CompletionWriter:
                             sorted(fenced))
             self._on_written(batch, fenced)
         self._idle.set()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._in_transaction.close()
+        self._on_its_own.close()
 
     async def _gather(self) -> None:
         """Let the batch grow for up to FLUSH_INTERVAL, or until TARGET_BATCH wait."""
@@ -113,15 +117,6 @@ class CompletionWriter:
             waited += FLUSH_STEP
 
     def _write(self, batch: list[Completion]) -> set[int]:
-        conn = self._conn
-        if conn is None:
-            conn = self._conn = self._engine.connect()
-        try:
-            with conn.begin():
-                return set(outcomes.complete(conn, batch))
-        except (OperationalError, DBAPIError):
-            # The connection may be dead (database restart): the retry takes a new one.
-            self._conn = None
-            conn.invalidate()
-            conn.close()
-            raise
+        one = outcomes.completes_in_one_statement(self._engine, batch)
+        with (self._on_its_own if one else self._in_transaction).begin() as conn:
+            return set(outcomes.complete(conn, batch))

@@ -78,6 +78,12 @@ class LaneRunner:
         if unrated or every:
             self._groups.insert(0, (unrated, None))
         self._exclude = tuple(rated) if every else ()
+        # Claims run one at a time: they keep one connection (no pool checkout and
+        # pre-ping per claim). On PostgreSQL a claim is one statement, run without a
+        # transaction.
+        engine = deps.engine
+        self._claims = db.HeldConnection(engine, **db.immediate_options(
+            one_statement=dialects.claims_in_one_statement(engine)))
 
     async def run(self) -> None:
         db_backoff = 0.5
@@ -102,8 +108,9 @@ class LaneRunner:
             if full:
                 continue  # a full batch: more may be due, claim again at once
             if opts.until_idle and not claimed and await self.idle():
-                return
+                break
             await self._sleep(self._wait_time())
+        self._claims.close()
 
     async def _claim_all(self) -> tuple[list[ClaimedMessage], bool]:
         """Claim for every queue group; ``full`` when some group got all it asked for.
@@ -155,10 +162,7 @@ class LaneRunner:
                                  transport=self.ctx.transport.name)
 
         # A deadlock (MySQL) rolls the claim back whole: it is run again, not raised.
-        # On PostgreSQL the claim is one statement: it runs without a transaction.
-        engine = self.worker.engine
-        return db.immediate_retrying(engine, claim,
-                                     one_statement=dialects.claims_in_one_statement(engine))
+        return db.immediate_retrying(self._claims, claim)
 
     def _wait_time(self) -> float:
         poll = self.worker.options.poll_seconds
