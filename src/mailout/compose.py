@@ -1,6 +1,7 @@
 """The parts of a complete message, checked at enqueue: recipients with their display
-names, extra headers with List-Unsubscribe, attachments with their digests and the
-size they take once encoded.
+names, extra headers with List-Unsubscribe (an address header such as Reply-To
+checked as the renderer will write it), attachments with their digests and the size
+they take once encoded.
 
 Each function raises :class:`~mailout.exceptions.InvalidMessage` naming the
 argument (and, for attachments, the file). Pure: no I/O.
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mailout import mime, validate
+from mailout import addresses, mime, validate
 from mailout.db import attachments as stored_attachments
 from mailout.exceptions import InvalidMessage
 from mailout.models import Attachment
@@ -26,28 +27,33 @@ def recipients(to: object, cc: object, bcc: object, reply_to: object, *,
     """
     if isinstance(to, str) and cc is None and bcc is None and reply_to is None \
             and "<" not in to and '"' not in to:
-        return {"recipient": validate.address("to", to), "addresses": None}
-    found = {"to": validate.mailboxes("to", to)}
+        return {"recipient": addresses.address("to", to), "addresses": None}
+    found = {"to": addresses.mailboxes("to", to)}
     for name, value in (("cc", cc), ("bcc", bcc), ("reply_to", reply_to)):
         if value is not None:
-            found[name] = validate.mailboxes(name, value)
+            found[name] = addresses.mailboxes(name, value)
     unique = {a for f in ("to", "cc", "bcc") for _, a in found.get(f, ())}
     if len(unique) > limit:
         raise InvalidMessage("to", f"{len(unique)} recipients (to, cc and bcc): the limit is "
                              f"{limit} (MAILOUT_MAX_RECIPIENTS). A message to hundreds is a "
                              "bulk send: enqueue one per recipient")
     plain = len(found) == 1 and len(found["to"]) == 1 and not found["to"][0][0]
-    addresses = None if plain else {f: [list(pair) for pair in pairs]
-                                    for f, pairs in found.items()}
-    return {"recipient": found["to"][0][1], "addresses": addresses}
+    by_field = None if plain else {f: [list(pair) for pair in pairs]
+                                   for f, pairs in found.items()}
+    return {"recipient": found["to"][0][1], "addresses": by_field}
 
 
 def headers(given: object, *, reply_to: bool, unsubscribe: object) -> dict[str, str] | None:
     """Extra headers, with List-Unsubscribe from ``unsubscribe``; ``reply_to``: the
-    message has a reply_to argument, so no Reply-To header may come too."""
+    message has a reply_to argument, so no Reply-To header may come too. An address
+    header is written here as the renderer will write it: one that cannot be is
+    refused now, not at send time."""
     if given is None and unsubscribe is None:
         return None  # the common case
     headers = None if given is None else validate.headers(given)
+    for name, value in (headers or {}).items():
+        if name.lower() in addresses.ADDRESS_HEADERS:
+            addresses.extra_header(name, value)  # as the worker will write it
     lowered = {name.lower() for name in headers or {}}
     if reply_to and "reply-to" in lowered:
         raise InvalidMessage("reply_to", "given twice: as reply_to and in headers")

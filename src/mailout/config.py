@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mailout import envparse, validate
+from mailout import addresses, envparse
 from mailout.events import ReturnPath
 from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.logs import LogRecipients, LogSends
@@ -42,7 +42,7 @@ def _event_loop(name: str, raw: str) -> EventLoop:
 
 def _address(name: str, raw: str) -> str:
     try:
-        return validate.address(name, raw)
+        return addresses.address(name, raw)
     except InvalidMessage as exc:
         raise ConfigError(name, exc.reason) from None
 
@@ -52,7 +52,7 @@ def _address(name: str, raw: str) -> str:
 def _return_path(name: str, raw: str) -> str:
     ReturnPath(raw.strip())  # validate now, at startup
     try:
-        validate.address(name, raw.strip().replace("{id}", "1"))
+        addresses.address(name, raw.strip().replace("{id}", "1"))
     except InvalidMessage as exc:
         raise ConfigError(name, exc.reason) from None
     return raw.strip()
@@ -188,7 +188,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     missing MAIL_FROM.
     """
     env = os.environ if env is None else env
-    validate.allowed_special_domains(env)  # a bad MAILOUT_ALLOW_SPECIAL_DOMAINS stops here
+    addresses.allowed_special_domains(env)  # a bad MAILOUT_ALLOW_SPECIAL_DOMAINS stops here
     values: dict[str, Any] = {}
     for name, (var, parse, default) in _SPEC.items():
         given = overrides.get(name)
@@ -223,7 +223,7 @@ def _check_relations(s: Settings) -> None:
     if not s.mail_from:
         raise ConfigError("MAIL_FROM", "is required: the address messages are sent from")
     try:
-        validate.mailbox("MAIL_FROM", s.mail_from)
+        addresses.mailbox("MAIL_FROM", s.mail_from)
     except InvalidMessage as exc:
         raise ConfigError("MAIL_FROM", exc.reason) from None
     for name in ("idempotency_header",):

@@ -39,7 +39,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from mailout import validate
+from mailout import addresses
 from mailout.db.events import suppressed_among
 from mailout.events import normalize_address
 from mailout.exceptions import ConfigError, InvalidMessage
@@ -114,7 +114,7 @@ class Guards:
                         resolved = resolver(msg, conn)
                         if resolved is None:
                             return Cancel("no_recipient", "the resolver found no address")
-                        msg = _with_recipient(msg, validate.address("recipient", resolved))
+                        msg = _with_recipient(msg, addresses.address("recipient", resolved))
                     if several:
                         found = _suppressed(conn, msg)
                         if isinstance(found, Cancel):

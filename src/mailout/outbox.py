@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import compose, envparse, template_params, validate
+from mailout import addresses, compose, envparse, template_params, validate
 from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
@@ -195,7 +195,7 @@ def _validated_row(
     row: dict[str, Any] = {
         **compose.recipients(msg.to, msg.cc, msg.bcc, msg.reply_to,
                              limit=settings.max_recipients),
-        "sender": None if msg.sender is None else validate.mailbox("sender", msg.sender),
+        "sender": None if msg.sender is None else addresses.mailbox("sender", msg.sender),
         "queue": validate.queue(msg.queue),
         "priority": validate.priority(msg.priority),
         "idempotency_key": (

@@ -26,6 +26,7 @@ from typing import Any
 import jinja2
 
 from mailout import mime
+from mailout.addresses import extra_header, parse_mailbox
 from mailout.events import ReturnPath
 from mailout.exceptions import RenderError
 from mailout.models import Attachment, ClaimedMessage, Mailbox
@@ -38,7 +39,7 @@ from mailout.templates import (
     variants,
 )
 from mailout.transports.base import Envelope
-from mailout.validate import BAD_HEADER_CHARS, extra_header, parse_mailbox
+from mailout.validate import BAD_HEADER_CHARS
 
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII but ":"
 # Headers the renderer owns; extras may not set them (Content-* too, by prefix).

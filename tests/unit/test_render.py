@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mailout import validate
+from mailout import addresses, compose
 from mailout.exceptions import InvalidMessage, RenderError
 from mailout.models import ClaimedMessage, Mailbox
 from mailout.render import Renderer
@@ -346,30 +346,30 @@ def test_return_path_puts_the_row_id_in_the_envelope_sender() -> None:
         Renderer(None, mail_from="shop@example.com", return_path="bounces@shop.example")
 
 
-# -- enqueue and render read addresses with one parser (mailout.validate) --------------
+# -- enqueue and render read addresses with one parser (mailout.addresses) -------------
 
 POISON_SENDERS = ['"." <x@shop.example>', '"..." <x@shop.example>', '"a\\"b" <x@shop.example>']
 
 
 @pytest.mark.parametrize("sender", POISON_SENDERS)
 def test_a_display_name_enqueue_accepts_renders(renderer: Renderer, sender: str) -> None:
-    stored = validate.mailbox("sender", sender)  # what enqueue writes
+    stored = addresses.mailbox("sender", sender)  # what enqueue writes
     envelope = renderer.render(claimed(sender=stored))
     assert envelope.sender.address == "x@shop.example"
-    assert envelope.sender.name == validate.parse_mailbox("sender", sender)[0]
+    assert envelope.sender.name == addresses.parse_mailbox("sender", sender)[0]
     assert b"From: " in envelope.wire
 
 
 def test_a_reply_to_the_parser_fails_on_is_refused_at_enqueue() -> None:
     with pytest.raises(InvalidMessage, match="Reply-To"):
-        validate.headers({"Reply-To": " :;:ü"})
+        compose.headers({"Reply-To": " :;:ü"}, reply_to=False, unsubscribe=None)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=st.text(alphabet=st.sampled_from(' "<>@.,:;()\\ü=?ab'), max_size=24))
 def test_any_reply_to_enqueue_accepts_renders(renderer: Renderer, value: str) -> None:
     try:
-        headers = validate.headers({"Reply-To": value})
+        headers = compose.headers({"Reply-To": value}, reply_to=False, unsubscribe=None)
     except InvalidMessage:
         return  # refused at enqueue: never reaches the worker
     try:
@@ -383,7 +383,7 @@ def test_any_reply_to_enqueue_accepts_renders(renderer: Renderer, value: str) ->
 @given(name=st.text(alphabet=st.sampled_from(' ".,:;()\\<>@üa'), max_size=12))
 def test_any_sender_enqueue_accepts_renders(renderer: Renderer, name: str) -> None:
     try:
-        stored = validate.mailbox("sender", f"{name} <x@shop.example>")
+        stored = addresses.mailbox("sender", f"{name} <x@shop.example>")
     except InvalidMessage:
         return
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mailout import validate
+from mailout import addresses, validate
 from mailout.exceptions import InvalidMessage
 from mailout.models import Attachment, Mailbox
 from mailout.templates import resolve_variant, variants
@@ -23,7 +23,7 @@ from mailout.templates import resolve_variant, variants
 ])
 def test_mailboxes_keep_display_names_exactly(given: object,
                                               expected: list[tuple[str, str]]) -> None:
-    assert validate.mailboxes("to", given) == expected
+    assert addresses.mailboxes("to", given) == expected
 
 
 @pytest.mark.parametrize("given", [
@@ -32,7 +32,7 @@ def test_mailboxes_keep_display_names_exactly(given: object,
 ])
 def test_bad_mailboxes_are_refused(given: object) -> None:
     with pytest.raises(InvalidMessage) as caught:
-        validate.mailboxes("cc", given)
+        addresses.mailboxes("cc", given)
     assert caught.value.field == "cc"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from mailout import validate
+from mailout import addresses
 from mailout.cli import display
 from mailout.cli.common import LIMIT, WEBHOOKS_PORT
 from mailout.cli.terminal import one_line
@@ -213,7 +213,7 @@ def suppress_group() -> None:
 
 def _address(raw: str) -> str:
     try:
-        return normalize_address(validate.address("ADDRESS", raw.strip()))
+        return normalize_address(addresses.address("ADDRESS", raw.strip()))
     except InvalidMessage as exc:
         raise click.BadParameter(exc.reason, param_hint="ADDRESS") from None
 

@@ -1,4 +1,4 @@
-"""validate.address's fast path must answer exactly as email-validator does."""
+"""addresses.address's fast path must answer exactly as email-validator does."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from email_validator import EmailNotValidError, validate_email
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mailout import validate
+from mailout import addresses
 from mailout.exceptions import InvalidMessage
 
 # Characters that decide the fast path's shape checks, plus some it must refuse.
@@ -30,7 +30,7 @@ def reference(addr: str) -> str | None:
 
 def ours(addr: str) -> str | None:
     try:
-        return validate.address("to", addr)
+        return addresses.address("to", addr)
     except InvalidMessage:
         return None
 
@@ -72,7 +72,7 @@ def test_same_answer_as_email_validator(local: str, domain: str, padding: int) -
     ],
 )
 def test_normalisation(addr: str, expected: str) -> None:
-    assert validate.address("to", addr) == expected
+    assert addresses.address("to", addr) == expected
 
 
 @pytest.mark.parametrize("addr", ["a@localhost", "a@example.invalid", "a@example",
@@ -80,6 +80,6 @@ def test_normalisation(addr: str, expected: str) -> None:
                                   "a" * 250 + "@example.com"])
 def test_refusals_name_the_field_and_keep_email_validators_reason(addr: str) -> None:
     with pytest.raises(InvalidMessage) as exc:
-        validate.address("to", addr)
+        addresses.address("to", addr)
     assert exc.value.field == "to"
     assert reference(addr) is None
