@@ -8,7 +8,6 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from mailout import db
 from mailout.db import direct, leasing, outcomes
 from mailout.db.schema import attempts, messages
-from mailout.models import (
-    ClaimedMessage,
-    Completion,
-    Mailbox,
-    Outcome,
-    RecipientOutcome,
-    Status,
-)
+from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
 from mailout.outbox import EnqueueSettings, enqueue
 
 QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
@@ -191,23 +183,3 @@ def test_a_held_connection_is_one_connection_until_a_database_error(
     event.listen(pg, "checkin", lambda dbapi_conn, record: checkins.append(dbapi_conn))
     held.close()
     assert checkins == [checkouts[-1]]
-
-
-def test_a_batch_of_completions_is_one_statement_unless_rows_repeat_or_log_recipients(
-        pg: Engine, tmp_path: Path) -> None:
-    """Such a batch is written in autocommit by the completion writer (one round trip,
-    no BEGIN and COMMIT); any other takes a transaction."""
-    now = datetime.now(UTC)
-    one = [Completion(id=i, lease_token="t", attempt=1, outcome=Outcome.SENT,
-                      status=Status.SENT, started_at=now, worker="w",
-                      recipient="a@example.com") for i in (1, 2, 3)]
-    assert outcomes.completes_in_one_statement(pg, one)
-    assert not outcomes.completes_in_one_statement(pg, [*one, one[0]])
-    several = dataclasses.replace(one[1], recipients=(
-        RecipientOutcome("a@example.com", Outcome.SENT, 250, "2.0.0", "ok"),))
-    assert not outcomes.completes_in_one_statement(pg, [one[0], several])
-    unlogged = dataclasses.replace(several, logged=False)  # parked: nothing is logged
-    assert outcomes.completes_in_one_statement(pg, [one[0], unlogged])
-    sqlite = db.make_engine(f"sqlite:///{tmp_path / 'one.db'}")
-    assert not outcomes.completes_in_one_statement(sqlite, one)
-    sqlite.dispose()

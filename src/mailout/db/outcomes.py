@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Connection,
-    Engine,
     Float,
     Integer,
     SmallInteger,
@@ -62,7 +61,7 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     rows = [_completion_row(c) for c in batch]
     ids = [c.id for c in batch]
     _log_recipients(conn, batch)
-    if dialects.writes_batches_as_json(conn) and _unique(ids):
+    if dialects.writes_batches_as_json(conn) and len(set(ids)) == len(ids):
         param = json.dumps(rows, ensure_ascii=False, default=json_default)
         done = {row[0] for row in direct.fetch(conn, _COMPLETE_PG, {"batch": param})}
         return [i for i in ids if i not in done]
@@ -74,18 +73,6 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
             conn.execute(insert(attempts).values(log))
         return [i for i in ids if i in fenced]
     return _complete_rows(conn, batch, rows)
-
-
-def completes_in_one_statement(bind: Connection | Engine, batch: Sequence[Completion]) -> bool:
-    """Is :func:`complete` one statement for ``batch``, atomic on its own, so that it
-    may run without a transaction (no BEGIN and COMMIT round trips)? On PostgreSQL,
-    when no row is named twice and no attempt logs its recipients one by one."""
-    return (dialects.writes_batches_as_json(bind) and _unique([c.id for c in batch])
-            and not any(c.logged and c.recipients for c in batch))
-
-
-def _unique(ids: Sequence[int]) -> bool:
-    return len(set(ids)) == len(ids)
 
 
 def _log_recipients(conn: Connection, batch: Sequence[Completion]) -> None:

@@ -51,12 +51,12 @@ class CompletionWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
-        # One _write at a time, on connections kept (a database error drops one, and
-        # the retry connects afresh): a batch that is one statement (most, on
-        # PostgreSQL) runs on one in autocommit, without BEGIN and COMMIT.
-        self._engine = engine
-        self._in_transaction = db.HeldConnection(engine)
-        self._on_its_own = db.HeldConnection(engine, isolation_level="AUTOCOMMIT")
+        # One _write at a time: one connection, kept (a database error drops it, and
+        # the retry connects afresh). Always a transaction, even for a batch that is one
+        # statement: sent in autocommit, a completion whose worker was killed while it
+        # waited on a lock would still commit, and the crash tests (test_crash*) catch
+        # the worker in that window to prove the resend after an unknown outcome.
+        self._held = db.HeldConnection(engine)
 
     def add(self, completion: Completion) -> None:
         self._buffer.append(completion)
@@ -105,8 +105,7 @@ class CompletionWriter:
                             sorted(fenced))
             self._on_written(batch, fenced)
         self._idle.set()
-        self._in_transaction.close()
-        self._on_its_own.close()
+        self._held.close()
 
     async def _gather(self) -> None:
         """Let the batch grow for up to FLUSH_INTERVAL, or until TARGET_BATCH wait."""
@@ -117,6 +116,5 @@ class CompletionWriter:
             waited += FLUSH_STEP
 
     def _write(self, batch: list[Completion]) -> set[int]:
-        one = outcomes.completes_in_one_statement(self._engine, batch)
-        with (self._on_its_own if one else self._in_transaction).begin() as conn:
+        with self._held.begin() as conn:
             return set(outcomes.complete(conn, batch))
