@@ -110,6 +110,8 @@ class LaneRunner:
             if opts.until_idle and not claimed and await self.idle():
                 break
             await self._sleep(self._wait_time())
+        # Only on the way out of the loop: a cancelled run may leave a claim running in
+        # its thread on that connection (the process is ending then anyway).
         self._claims.close()
 
     async def _claim_all(self) -> tuple[list[ClaimedMessage], bool]:
