@@ -3,6 +3,7 @@ and the worker's --processes and --lanes options."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -146,6 +147,13 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 def test_worker_processes_keep_the_database_password_off_their_command_lines(
     pg_url: str, smtp_server: SmtpTestServer
 ) -> None:
@@ -156,17 +164,24 @@ def test_worker_processes_keep_the_database_password_off_their_command_lines(
     assert secret in url
     env = worker_env(url, smtp_server)
     del env["MAILOUT_DATABASE_URL"]  # given as --db, as a user would on the command line
+    # Its own session: if the supervisor failed to stop its children, the test kills
+    # them all (a worker left running would drain the next tests' rows).
     proc = subprocess.Popen([MAILOUT, "--db", url, "worker", "--processes", "2"],
                             env=clean_env(env), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
     try:
+        supervisor = _cmdline(proc.pid)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_children(proc.pid)) < 2:
+        # A child between fork and exec still shows the supervisor's command line:
+        # only children that have become workers count.
+        while time.monotonic() < deadline and len(
+                [c for c in _children(proc.pid) if _cmdline(c) not in (b"", supervisor)]) < 2:
             time.sleep(0.1)
         children = _children(proc.pid)
         assert len(children) == 2
         for child in children:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            cmdline = _cmdline(child)
             assert b"worker" in cmdline
             assert secret.encode() not in cmdline
             assert b"--db" not in cmdline
@@ -175,7 +190,46 @@ def test_worker_processes_keep_the_database_password_off_their_command_lines(
             assert f"MAILOUT_DATABASE_URL={url}".encode() in environ
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
     # (The exit code is not this test's subject: a child stopped while still importing
     # ends by the signal.)
     assert secret.encode() not in err
+
+
+def test_a_stop_signal_while_children_start_stops_every_child(
+    pg_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """SIGTERM as soon as the first child exists (the supervisor may still be starting
+    the second): the supervisor forwards it to every child it starts and exits, and no
+    worker is left running."""
+    proc = subprocess.Popen([MAILOUT, "worker", "--processes", "2"],
+                            env=clean_env(worker_env(pg_url, smtp_server)),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _children(proc.pid):
+            time.sleep(0.005)
+        assert _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            time.sleep(0.1)
+        assert not _group_alive(proc.pid)  # every child stopped too
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -64,23 +64,38 @@ def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool,
         # Our own interpreter and our own command line's arguments: no outside input.
         return subprocess.Popen([*command, *extra], env=env)  # noqa: S603
 
-    children = [start(i) for i in range(processes)]
-    stopping = False
+    children: list[subprocess.Popen[bytes]] = []
+    stop_signal: int | None = None
+    signalled: set[int] = set()  # pids the stop signal was forwarded to
 
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
+    def forward_stop(signum: int) -> None:
         for child in children:
-            if child.poll() is None:
+            if child.pid not in signalled and child.poll() is None:
                 child.send_signal(signum)
+                signalled.add(child.pid)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stop_signal
+        stop_signal = signum
+        forward_stop(signum)
+
+    # Before the first child starts: a signal that came while a child was starting
+    # would otherwise kill the supervisor by default and leave that child running.
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        for i in range(processes):
+            if stop_signal is None:
+                children.append(start(i))
         while True:
+            # A child that started while the signal was being handled (the handler runs
+            # between two bytecodes: after Popen returned, before the child was listed)
+            # gets it here.
+            if stop_signal is not None:
+                forward_stop(stop_signal)
             codes = [c.poll() for c in children]
-            if all(code is not None for code in codes):
-                return max(abs(code or 0) for code in codes)
-            if not stopping and not until_idle:
+            if all(code is not None for code in codes):  # none started: stopped at once
+                return max((abs(code or 0) for code in codes), default=0)
+            if stop_signal is None and not until_idle:
                 for i, code in enumerate(codes):
                     if code is not None:
                         log.error("worker process %d exited with %s; restarting it",
