@@ -7,6 +7,7 @@ from __future__ import annotations
 import email
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount
 
+from mailout import db
 from mailout.db.schema import audit, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.web import Identity, Role, create_app
@@ -373,3 +375,41 @@ def test_overview_shows_an_outage_from_the_attempt_log(
     assert state is not None
     assert state.group(1).startswith("Outage")
     assert "connection refused &lt;b&gt;" in state.group(1)
+
+
+def test_actions_on_sqlite_succeed_while_a_worker_keeps_committing(sqlite_url: str) -> None:
+    """A deferred SQLite transaction that read before another connection committed
+    cannot write: SQLITE_BUSY at once, whatever the busy timeout. A worker commits a
+    claim every few milliseconds, so the console's actions (each reads, then writes)
+    take the write lock when they begin instead."""
+    engine = db.make_engine(sqlite_url)
+    with engine.begin() as conn:
+        ids = [enqueue(conn, to=f"r{i}@example.com", subject="s", text="t", key=f"k-{i}",
+                       settings=ENQUEUE).id for i in range(21)]
+        conn.execute(update(messages).where(messages.c.id.in_(ids[1:])).values(status="failed"))
+    stop = threading.Event()
+
+    def commit_like_a_worker() -> None:
+        other = db.make_engine(sqlite_url)
+        n = 0
+        while not stop.is_set():
+            n += 1
+            with db.immediate(other) as conn:
+                conn.execute(update(messages).where(messages.c.id == ids[0])
+                             .values(priority=n % 100))
+            time.sleep(0.001)
+        other.dispose()
+
+    churn = threading.Thread(target=commit_like_a_worker)
+    with serve_console(sqlite_url) as console:
+        churn.start()
+        try:
+            replies = [httpx.post(f"{console.url}/act", headers=ADMIN,
+                                  data={"action": "retry", "id": str(rid)}, timeout=30)
+                       for rid in ids[1:]]
+        finally:
+            stop.set()
+            churn.join()
+    assert [r.status_code for r in replies] == [303] * 20
+    assert {status_of(engine, rid) for rid in ids[1:]} == {"pending"}
+    engine.dispose()

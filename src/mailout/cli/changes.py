@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from mailout import db
 from mailout.cli import audit as cli_audit
 from mailout.cli import common, display
 from mailout.cli.audit import REASON_HELP
@@ -73,7 +74,7 @@ def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
         _confirm(f"Requeue {len(ids)} {status} messages?", yes)
         target = " ".join(f"{k}={v}" for k, v in
                           (("status", status), ("queue", queue), ("template", template)) if v)
-    with engine.begin() as conn:
+    with db.immediate(engine) as conn:  # reads, then writes: see db.immediate
         change = actions.retry(conn, ids, actor=cli_audit.actor(), reason=reason, target=target)
     _report(change, "requeued")
 
@@ -88,7 +89,7 @@ def cancel_cmd(obj: dict[str, Any], ids: tuple[int, ...], reason: str | None) ->
     Pending rows become cancelled (reason "operator"); rows in any other status are
     reported and left alone.
     """
-    with common.engine_for(obj).begin() as conn:
+    with db.immediate(common.engine_for(obj)) as conn:
         change = actions.cancel(conn, ids, actor=cli_audit.actor(), reason=reason)
     _report(change, "cancelled")
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from mailout import db
 from mailout.cli import common, display
 from mailout.cli.audit import REASON_HELP, actor
 from mailout.db import actions, stats
@@ -34,7 +35,7 @@ def pause_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
     """
 
     kind, name = _target(queue, template)
-    with common.engine_for(obj).begin() as conn:
+    with db.immediate(common.engine_for(obj)) as conn:  # reads, then writes
         changed = actions.pause(conn, kind, name, actor=actor(), reason=reason)
     click.echo(f"{kind.value} {name} {'paused' if changed else 'was already paused'}")
 
@@ -49,7 +50,7 @@ def resume_cmd(obj: dict[str, Any], queue: str | None, template: str | None,
     """Undo `mailout pause`: workers pick the mail up within seconds."""
 
     kind, name = _target(queue, template)
-    with common.engine_for(obj).begin() as conn:
+    with db.immediate(common.engine_for(obj)) as conn:
         changed = actions.resume(conn, kind, name, actor=actor(), reason=reason)
     click.echo(f"{kind.value} {name} {'resumed' if changed else 'was not paused'}")
 
@@ -75,7 +76,7 @@ def resolve_cmd(obj: dict[str, Any], ids: tuple[int, ...], as_sent: bool, as_ret
         raise click.UsageError("give exactly one of --sent or --retry")
     wanted = list(ids)
     how = Resolution.SENT if as_sent else Resolution.RETRY
-    with common.engine_for(obj).begin() as conn:
+    with db.immediate(common.engine_for(obj)) as conn:
         done = actions.resolve(conn, wanted, how, actor=actor(), reason=reason,
                                provider_id=provider_id).changed
     skipped = [i for i in wanted if i not in done]

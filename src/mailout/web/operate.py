@@ -18,6 +18,7 @@ from starlette.datastructures import FormData, ImmutableMultiDict
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from mailout import db
 from mailout.db import actions, admin, browse
 from mailout.db.actions import PauseKind, Resolution
 from mailout.db.audit import describe_ids
@@ -132,7 +133,9 @@ def act(c: Console, request: Request, me: Identity, form: FormData | None) -> Re
     req = _parse(form)
     if isinstance(req, str):
         return c.problem(request, me, 400, req)
-    with c.engine.begin() as conn:
+    # Reads, then writes: on SQLite the write lock is taken first (see db.immediate),
+    # or a worker's claim committed in between would fail it with "database is locked".
+    with db.immediate(c.engine) as conn:
         outcome = _perform(conn, req, me.actor)
     request.session["flash"] = outcome
     return c.redirect_local(request, req.next, "messages")
