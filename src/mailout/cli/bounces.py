@@ -271,9 +271,10 @@ def suppress_add(obj: dict[str, Any], address: str, reason: str, note: str | Non
 def suppress_remove(obj: dict[str, Any], address: str, note: str, actor: str | None) -> None:
     """Remove ADDRESS from the list; who and why are logged (`suppress history`)."""
     from mailout.db import events as event_sql
+    from mailout.db.engine import immediate
 
     addr = _address(address)
-    with _engine(obj).begin() as conn:
+    with immediate(_engine(obj)) as conn:  # reads, then deletes: SQLite's lock first
         removed = event_sql.unsuppress(conn, addr, actor=_actor(actor), note=note)
     if removed is None:
         raise click.ClickException(f"{addr} is not suppressed")
