@@ -4,6 +4,8 @@ which follow the CLI's rules, ask first, and log who did what."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from django.core.mail import EmailMessage
 from django.test import Client
 from sqlalchemy import Engine, insert, select, update
 
+from mailout import db
 from mailout.db.schema import attempts, audit, messages
 from tests.support.django_fixtures import DATABASES
 
@@ -132,3 +135,39 @@ def test_acting_needs_its_own_permission(using: str, outside_engine: Engine) -> 
     stranger = _operator("sam")
     assert stranger.get(CHANGELIST).status_code == 403
     assert stranger.get(f"{CHANGELIST}{dead}/change/").status_code == 403
+
+
+def test_actions_on_sqlite_succeed_while_a_worker_keeps_committing(
+    outside_engine: Engine, using: str,
+) -> None:
+    """The admin's actions read, then write. On SQLite a deferred transaction that read
+    before another connection (a worker's claim) committed cannot write: SQLITE_BUSY at
+    once, whatever the busy timeout. The action is run again when it owns the
+    transaction, so an operator does not get a 500 because a worker was busy."""
+    if using != "default":
+        pytest.skip("SQLite only: PostgreSQL and MariaDB wait for the lock instead")
+    for i in range(21):
+        _queue(f"busy-{i}")
+    ids = [_set_status(outside_engine, f"busy-{i}", "dead") for i in range(1, 21)]
+    churned = _row(outside_engine, "busy-0").id
+    client = _operator("alice", "view_message", "act_on_message")
+    stop = threading.Event()
+
+    def commit_like_a_worker() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            with db.immediate(outside_engine) as conn:
+                conn.execute(update(messages).where(messages.c.id == churned)
+                             .values(priority=n % 100))
+            time.sleep(0.001)
+
+    churn = threading.Thread(target=commit_like_a_worker)
+    churn.start()
+    try:
+        replies = [_post_action(client, "retry", [rid], confirmed="yes") for rid in ids]
+    finally:
+        stop.set()
+        churn.join()
+    assert [r.status_code for r in replies] == [302] * 20
+    assert {_row(outside_engine, f"busy-{i}").status for i in range(1, 21)} == {"pending"}

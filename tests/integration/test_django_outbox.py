@@ -6,13 +6,18 @@ an engine of its own: what a worker would see after the commit.
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 from django.core.mail import EmailMultiAlternatives, send_mail
 from django.db import transaction
 from django.test import Client
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy.exc import OperationalError
 
+from mailout.contrib.django.connection import run_borrowed
 from mailout.db import borrowed
+from mailout.db.engine import LOCK_CONFLICT_TRIES
 from mailout.db.schema import attachments, message_attachments, messages
 from tests.djangoproject.shop.models import Order
 from tests.support.django_fixtures import DATABASES, count_messages, count_orders
@@ -200,3 +205,43 @@ def test_borrowing_leaves_djangos_connection_as_django_made_it(
     assert connection.get_autocommit()
     assert not connection.in_atomic_block
 
+
+
+def _refused_for_a_lock() -> OperationalError:
+    """What SQLAlchemy raises when SQLite gives up on its busy timeout."""
+    orig = sqlite3.OperationalError("database is locked")
+    orig.sqlite_errorcode = 5  # type: ignore[attr-defined]  # set by sqlite3 itself
+    return OperationalError("UPDATE mailout_messages ...", {}, orig)
+
+
+def test_run_borrowed_runs_its_own_transaction_again_after_a_lock_conflict(
+    using: str, outside_engine: Engine,
+) -> None:
+    tries: list[bool] = []
+
+    def work(conn: Connection) -> int:
+        tries.append(True)
+        conn.execute(update(messages).values(priority=1))  # rolled back with the try
+        if len(tries) < 3:
+            raise _refused_for_a_lock()
+        return len(tries)
+
+    assert run_borrowed(using, work) == 3
+
+
+def test_run_borrowed_leaves_the_callers_atomic_block_to_its_owner(
+    using: str, outside_engine: Engine,
+) -> None:
+    tries: list[bool] = []
+
+    def work(conn: Connection) -> None:
+        tries.append(True)
+        raise _refused_for_a_lock()
+
+    with pytest.raises(OperationalError), transaction.atomic(using=using):
+        run_borrowed(using, work)
+    assert len(tries) == 1  # not run again: the caller's transaction is not ours to redo
+    tries.clear()
+    with pytest.raises(OperationalError):
+        run_borrowed(using, work)
+    assert len(tries) == LOCK_CONFLICT_TRIES  # its own: run again, then the last error

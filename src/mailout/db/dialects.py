@@ -22,6 +22,7 @@ MYSQL: Final = "mysql"  # MySQL 8 and MariaDB 10.6+: SQLAlchemy's one "mysql" di
 ER_DUP_ENTRY: Final = 1062  # a unique key already holds the value
 ER_LOCK_WAIT_TIMEOUT: Final = 1205  # innodb_lock_wait_timeout passed
 ER_LOCK_DEADLOCK: Final = 1213  # InnoDB chose this transaction as a deadlock victim
+SQLITE_BUSY: Final = 5  # primary result code; extended ones (BUSY_SNAPSHOT) keep it in the low byte
 # What a statement carries besides its large values (its text, the other columns),
 # generously: a value is refused when it would leave less than this of the packet.
 STATEMENT_OVERHEAD: Final = 16 * 1024
@@ -112,6 +113,28 @@ def is_lock_conflict(exc: BaseException) -> bool:
         return True
     # PostgreSQL: deadlock_detected and serialization_failure.
     return getattr(exc.orig, "sqlstate", None) in ("40P01", "40001")
+
+
+def is_sqlite_busy(exc: BaseException) -> bool:
+    """Did SQLite refuse a statement with SQLITE_BUSY ("database is locked")? Either the
+    busy timeout ran out, or a transaction that read before another connection committed
+    tried to write (SQLITE_BUSY_SNAPSHOT: refused at once, whatever the timeout). The
+    statement did nothing; once its transaction is rolled back it can be tried again."""
+    if not isinstance(exc, DBAPIError) or exc.orig is None:
+        return False
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == SQLITE_BUSY
+
+
+def take_write_lock(conn: Connection) -> None:
+    """On SQLite, take the database's write lock now, in the transaction ``conn`` has
+    begun (a deferred BEGIN, such as Django's), waiting out the busy timeout as
+    ``BEGIN IMMEDIATE`` would. A transaction that reads first and writes later cannot
+    wait: a commit by another connection in between refuses its write at once. An
+    UPDATE starts the write transaction even when it matches no row. Elsewhere it does
+    nothing: rows are locked as they are written."""
+    if name_of(conn) == SQLITE:
+        conn.execute(text("UPDATE mailout_messages SET id = id WHERE 0"))
 
 
 def statement_limit(conn: Connection) -> int | None:

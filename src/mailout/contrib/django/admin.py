@@ -11,6 +11,12 @@ and each is written to mailout's audit log as ``"<username> (django admin)"``.
 
 Viewing needs ``mailout.view_message``; acting needs ``mailout.act_on_message``
 (anyone else gets 403). Rows are read from ``MAILOUT_DATABASE``.
+
+An action reads the rows' states, then writes. On SQLite a transaction that read
+before a worker committed cannot write ("database is locked", at once), so the list
+page is exempt from ``ATOMIC_REQUESTS`` on the outbox database and each action runs in
+a transaction of its own, run again after such a conflict
+(:func:`~mailout.contrib.django.connection.run_borrowed`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.html import format_html_join
 
-from mailout.contrib.django.connection import borrowed_connection
+from mailout.contrib.django.connection import borrowed_connection, run_borrowed
 from mailout.contrib.django.models import Attempt, Message
 from mailout.db import actions, audit
 from mailout.db import admin as operator
@@ -36,6 +42,15 @@ Run = Callable[..., operator.Change]
 
 def outbox_database() -> str:
     return str(getattr(settings, "MAILOUT_DATABASE", "default"))
+
+
+class _OutboxDatabase(frozenset[str]):
+    """The aliases a view is exempt from ``ATOMIC_REQUESTS`` on
+    (``transaction.non_atomic_requests``): the outbox database as configured when the
+    request comes. Django asks ``alias in view._non_atomic_requests`` on each request."""
+
+    def __contains__(self, alias: object) -> bool:
+        return alias == outbox_database()
 
 
 def actor_of(request: HttpRequest) -> str:
@@ -108,6 +123,9 @@ class MessageAdmin(admin.ModelAdmin):
             raise PermissionDenied
         return super().changelist_view(request, extra_context)
 
+    # Django's own decorator takes a fixed alias; the outbox's is read per request.
+    changelist_view._non_atomic_requests = _OutboxDatabase()  # type: ignore[attr-defined]
+
     @admin.display(description="Operator actions")
     def operator_history(self, obj: Message) -> str:
         with borrowed_connection(outbox_database()) as conn:
@@ -151,8 +169,10 @@ class MessageAdmin(admin.ModelAdmin):
                 "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
             })
         reason = request.POST.get("reason", "").strip() or None
-        with borrowed_connection(outbox_database()) as conn:
-            change = run(conn, [m.id for m in selected], actor=actor_of(request), reason=reason)
+        ids, actor = [m.id for m in selected], actor_of(request)
+        # Read, then write: on SQLite a worker's commit in between refuses the write.
+        change = run_borrowed(outbox_database(),
+                              lambda conn: run(conn, ids, actor=actor, reason=reason))
         self.message_user(request, f"{done} {len(change.changed)}", messages.SUCCESS)
         if change.skipped:
             why = ", ".join(f"{i} ({status})" for i, status in change.skipped.items())

@@ -11,14 +11,17 @@ its attachments are written together or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 
+from mailout.db import dialects
 from mailout.db.borrowed import borrow
+from mailout.db.engine import LOCK_CONFLICT_TRIES
 from mailout.exceptions import ConfigError
 from mailout.models import EnqueueResult
 
@@ -49,6 +52,37 @@ def borrowed_connection(using: str = "default") -> Iterator[Connection]:
         wrapper.ensure_connection()
         with borrow(wrapper.connection) as conn:
             yield conn
+
+
+T = TypeVar("T")
+
+
+def run_borrowed(using: str, work: Callable[[Connection], T],
+                 tries: int = LOCK_CONFLICT_TRIES) -> T:
+    """``work`` on :func:`borrowed_connection` ``using``; run again, at most ``tries``
+    times in all, when the borrow owns its transaction (no atomic block is open) and
+    the database refused it over a lock (SQLite's busy timeout, InnoDB's deadlock
+    victim or lock wait timeout). The transaction was rolled back whole, so nothing of
+    the failed try remains. An owned transaction on SQLite takes the write lock before
+    ``work`` reads (:func:`~mailout.db.dialects.take_write_lock`): one that read first
+    would be refused at once whenever a worker committed before it wrote.
+
+    Inside the caller's atomic block the error propagates at the first try: only the
+    block's owner can run its transaction again. So does any other error, and the
+    last try's conflict.
+    """
+    for attempt in range(1, tries + 1):
+        owned = not _wrapper(using).in_atomic_block
+        try:
+            with borrowed_connection(using) as conn:
+                if owned:
+                    dialects.take_write_lock(conn)
+                return work(conn)
+        except DBAPIError as exc:
+            conflict = dialects.is_sqlite_busy(exc) or dialects.is_lock_conflict(exc)
+            if not owned or not conflict or attempt == tries:
+                raise
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def _wrapper(using: str) -> Any:
