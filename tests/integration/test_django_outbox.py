@@ -206,7 +206,6 @@ def test_borrowing_leaves_djangos_connection_as_django_made_it(
     assert not connection.in_atomic_block
 
 
-
 def _refused_for_a_lock() -> OperationalError:
     """What SQLAlchemy raises when SQLite gives up on its busy timeout."""
     orig = sqlite3.OperationalError("database is locked")
