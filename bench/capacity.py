@@ -219,7 +219,7 @@ def main() -> None:
         engine.dispose()
     if vacuuming:
         print("\n(the server runs without autovacuum: during 2 the outbox table was "
-              "vacuumed every 5 s instead)")
+              "vacuumed and analyzed every 5 s instead)")
     print(f"\nper message (1 worker in this process, {cost.rate:.0f} msg/s; load average "
           f"{os.getloadavg()[0]:.1f}):")
     print(f"  {'statements':<14}{cost.statements_per_message:>10.2f}  (sent by the worker)")

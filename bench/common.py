@@ -204,13 +204,16 @@ def run_workers(env: dict[str, str], processes: int) -> WorkerRun:
 @contextmanager
 def stand_in_autovacuum(url: str, every: float = 5.0,
                         application_name: str = "mailout-bench-vacuum") -> Iterator[bool]:
-    """VACUUM the outbox table every ``every`` seconds meanwhile, if the server runs
-    without autovacuum (this machine's test server does); yields whether it does.
+    """VACUUM and ANALYZE the outbox table every ``every`` seconds meanwhile, as
+    autovacuum would, if the server runs without autovacuum (this machine's test server
+    does); yields whether it does.
 
     Each send leaves dead row versions behind in the claim's indexes; without vacuum
     they pile up and every claim walks past them (a 50,000-message backlog made
-    claims take 30 ms here). docs/capacity.md gives the per-table autovacuum settings
-    a deployment should use instead.
+    claims take 30 ms here). Without statistics that know the backlog, the planner
+    may sort a lane's backlog at every claim instead of reading its claim index in
+    order (docs/capacity.md). The capacity document gives the per-table autovacuum
+    settings a deployment should use.
     """
     admin = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -225,7 +228,7 @@ def stand_in_autovacuum(url: str, every: float = 5.0,
         with psycopg.connect(admin, autocommit=True, application_name=application_name) as conn:
             while not stop.wait(every):
                 with contextlib.suppress(psycopg.errors.UndefinedTable):  # not migrated yet
-                    conn.execute("VACUUM mailout_messages")
+                    conn.execute("VACUUM (ANALYZE) mailout_messages")
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()

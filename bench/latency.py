@@ -174,8 +174,8 @@ def main() -> None:
     print(f"lanes {args.lanes}; bulk backlog {args.n} per run; critical messages "
           f"{args.critical} per run; load average (1 min) {', '.join(f'{x:.1f}' for x in load)}")
     if vacuuming:
-        print("the server runs without autovacuum: the outbox table was vacuumed every 5 s "
-              "instead (bench/common.py)")
+        print("the server runs without autovacuum: the outbox table was vacuumed and "
+              "analyzed every 5 s instead (bench/common.py)")
     print(f"{'critical latency (ms)':<28}{'n':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}"
           f"{'bulk/s':>9}{'p99<=100':>10}")
     for i, (busy, _, during, left) in enumerate(runs, 1):

@@ -8,7 +8,8 @@ from sqlalchemy import event, text
 
 from mailout import db
 from mailout.db import leasing
-from tests.integration.test_store import add
+from mailout.outbox import Message, enqueue_many
+from tests.integration.test_store import SETTINGS, add
 
 
 def _claim_plan(url: str, queues: tuple[str, ...]) -> str:
@@ -78,3 +79,28 @@ def test_a_lane_reclaims_expired_leases_of_its_own_queues_only(pg_url: str) -> N
     assert sorted(m.id for m in got) == sorted(bulk)
     assert all(m.reclaimed for m in got)
     assert not {m.id for m in got} & set(other)
+
+
+def test_a_one_queue_lane_reads_its_claim_index_in_order(pg_url: str) -> None:
+    """The claim of a lane over one queue walks that queue's claim index in claim order
+    and stops after LIMIT rows, although another queue's backlog comes first in claim
+    order. Written as ``queue = ANY(ARRAY['bulk'])`` it could not: an index scan on
+    ``= ANY`` is unordered before PostgreSQL 17, so the claim walked the other queue's
+    rows (the plan below) or sorted its own backlog (28 ms a claim at 60,000 rows on a
+    table without statistics, against 3 ms in order)."""
+    engine = db.make_engine(pg_url)
+    with engine.begin() as conn:
+        enqueue_many(conn, [Message(to=f"o{i}@example.com", subject="Hi", text="x",
+                                    key=f"other-{i}", queue="other", priority=5)
+                            for i in range(3000)], settings=SETTINGS)
+        enqueue_many(conn, [Message(to=f"b{i}@example.com", subject="Hi", text="x",
+                                    key=f"bulk-{i}", queue="bulk") for i in range(3000)],
+                     settings=SETTINGS)
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(text("VACUUM (ANALYZE) mailout_messages"))  # as autovacuum would
+    engine.dispose()
+    pending = _claim_plan(pg_url, ("bulk",)).split("Subquery Scan on pending")[1]
+    assert "Index Scan using ix_mailout_messages_due" in pending, pending
+    assert "Sort" not in pending, pending
+    assert {m.queue for m in _claimed(pg_url, ("bulk",))} == {"bulk"}

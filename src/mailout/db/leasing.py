@@ -55,17 +55,26 @@ def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates.
 
     ``queue_indexed=False`` compares ``queue || ''`` instead, the same values, which no
-    index on ``queue`` matches (see _due_cte). ``arrays`` (PostgreSQL) writes ``IN``
-    as ``= ANY (ARRAY[...])`` and ``NOT IN`` as ``<> ALL (ARRAY[...])``, which is what
-    PostgreSQL parses an IN list into (the same plans), with one bind per value fixed
-    when the statement is built: SQLAlchemy's IN lists are expanded each time the
-    statement runs, which keeps the claim off the driver's cursor (mailout.db.direct).
+    index on ``queue`` matches (see _due_cte). ``arrays`` (PostgreSQL) writes an ``IN``
+    list of several values as ``= ANY (ARRAY[...])`` and ``NOT IN`` as ``<> ALL
+    (ARRAY[...])``, which is what PostgreSQL parses such lists into (the same plans),
+    with one bind per value fixed when the statement is built: SQLAlchemy's IN lists
+    are expanded each time the statement runs, which keeps the claim off the driver's
+    cursor (mailout.db.direct). A single value is an equality, as PostgreSQL parses
+    ``IN (x)``: only then can a one-queue lane's claim read its queue's claim index in
+    claim order and stop after LIMIT rows (an index scan on ``= ANY`` returns rows out
+    of order before PostgreSQL 17, so that claim sorted its queue's whole backlog, or
+    walked the other queues' rows, whatever the index).
     """
     def among(column: ColumnElement[Any], values: Sequence[str]) -> ColumnElement[bool]:
-        return column == any_(array(values)) if arrays else column.in_(list(values))
+        if not arrays:
+            return column.in_(list(values))
+        return column == values[0] if len(values) == 1 else column == any_(array(values))
 
     def outside(column: ColumnElement[Any], values: Sequence[str]) -> ColumnElement[bool]:
-        return column != all_(array(values)) if arrays else column.not_in(list(values))
+        if not arrays:
+            return column.not_in(list(values))
+        return column != values[0] if len(values) == 1 else column != all_(array(values))
 
     out: list[ColumnElement[bool]] = []
     if queues:
