@@ -97,16 +97,22 @@ def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     return and_(due, *_filters(queues, exclude, exclude_templates))
 
 
-def _due_cte(limit: Any, filters: list[ColumnElement[bool]],
+def _due_cte(limit: Any, branches: list[list[ColumnElement[bool]]],
              expired_filters: list[ColumnElement[bool]]) -> Any:
     """PostgreSQL's due rows: expired leases first, then pending rows in index order.
 
     Two branches, each an index scan that stops at ``limit`` (the partial indexes
     ``ix_mailout_messages_leased`` and ``ix_mailout_messages_due`` /
     ``..._pending_order``), so a claim costs the same with a million finished rows
-    or a large backlog. statement_timestamp() is stable within the statement, which
-    lets the planner use it as an index condition. MATERIALIZED: the planner must not
-    inline the CTE and lock more rows than LIMIT.
+    or a large backlog. The pending rows are read by one index scan per entry of
+    ``branches`` (its filters; a lane over several queues has one per queue, each read
+    in claim order), merged in claim order: a single scan over ``queue = ANY(...)``
+    could not return rows in order, so it sorted the lane's whole backlog unless the
+    statistics steered the planner elsewhere. Each branch locks up to ``limit`` rows:
+    those the merge leaves out stay locked, unclaimed, until the transaction ends (a
+    worker claims in autocommit: the statement's end). statement_timestamp() is stable
+    within the statement, which lets the planner use it as an index condition.
+    MATERIALIZED: the planner must not inline the CTE and lock rows again for each use.
 
     The expired branch gets ``expired_filters``: the lane's queue filter written so
     that no index on ``queue`` can serve it. Otherwise the planner ANDs the bitmap of
@@ -123,11 +129,21 @@ def _due_cte(limit: Any, filters: list[ColumnElement[bool]],
                                    messages.c.lease_expires_at <= now, *expired_filters)
                .order_by(messages.c.lease_expires_at).limit(limit)
                .with_for_update(skip_locked=True).subquery("expired"))
-    pending = (select(*cols).where(messages.c.status == Status.PENDING.value,
-                                   messages.c.next_attempt_at <= now, *filters)
-               .order_by(messages.c.priority.desc(), messages.c.next_attempt_at,
-                         messages.c.id).limit(limit)
-               .with_for_update(skip_locked=True).subquery("pending"))
+    # Several branches keep their sort key, to be merged on it.
+    order = (messages.c.priority, messages.c.next_attempt_at) if len(branches) > 1 else ()
+    parts = [(select(*cols, *order).where(messages.c.status == Status.PENDING.value,
+                                          messages.c.next_attempt_at <= now, *filters)
+              .order_by(messages.c.priority.desc(), messages.c.next_attempt_at,
+                        messages.c.id).limit(limit)
+              .with_for_update(skip_locked=True)
+              .subquery("pending" if len(branches) == 1 else f"pending_{i}"))
+             for i, filters in enumerate(branches)]
+    pending = parts[0]
+    if len(parts) > 1:
+        merged = union_all(*map(select, parts)).subquery("pending_all")
+        pending = (select(*(merged.c[c.name] for c in cols))
+                   .order_by(merged.c.priority.desc(), merged.c.next_attempt_at, merged.c.id)
+                   .limit(limit).subquery("pending"))
     both = union_all(select(expired), select(pending)).limit(limit)
     return both.cte("due").prefix_with("MATERIALIZED")
 
@@ -284,8 +300,12 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
     """The PostgreSQL claim for one lane's filters, built once: building the
     statement cost more CPU than running it."""
     extra = _expired_filter(expired_only)
-    due = _due_cte(bindparam("limit", type_=Integer),
-                   [*_filters(queues, exclude, exclude_templates, arrays=True), *extra],
+    # One pending branch per queue of the lane still claimable (a paused one is not).
+    live = [q for q in queues if q not in exclude]
+    branches = ([[*_filters((q,), (), exclude_templates, arrays=True), *extra] for q in live]
+                if live else
+                [[*_filters(queues, exclude, exclude_templates, arrays=True), *extra]])
+    due = _due_cte(bindparam("limit", type_=Integer), branches,
                    [*_filters(queues, exclude, exclude_templates, queue_indexed=False,
                               arrays=True), *extra])
     claimed = (
