@@ -1,11 +1,12 @@
-"""The claim's plan on PostgreSQL: a lane's claim must not read its queue's history."""
+"""The claim's plan: a lane's claim reads its queues' claim indexes, in claim order, and
+neither its queues' history nor other queues' backlog (PostgreSQL; MariaDB last)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import Engine, event, text
 
 from mailout import db
 from mailout.db import leasing
@@ -82,6 +83,19 @@ def test_a_lane_reclaims_expired_leases_of_its_own_queues_only(pg_url: str) -> N
     assert not {m.id for m in got} & set(other)
 
 
+def _backlog_behind_another_queue(engine: Engine, queues: tuple[str, ...]) -> None:
+    """3,000 pending rows spread over ``queues``, behind 3,000 of higher priority in
+    another queue (first in claim order)."""
+    with engine.begin() as conn:
+        enqueue_many(conn, [Message(to=f"o{i}@example.com", subject="Hi", text="x",
+                                    key=f"other-{i}", queue="other", priority=5)
+                            for i in range(3000)], settings=SETTINGS)
+        enqueue_many(conn, [Message(to=f"b{i}@example.com", subject="Hi", text="x",
+                                    key=f"{queues[i % len(queues)]}-{i}",
+                                    queue=queues[i % len(queues)]) for i in range(3000)],
+                     settings=SETTINGS)
+
+
 @pytest.mark.parametrize("queues", [("bulk",), ("bulk", "news")])
 def test_a_lane_reads_each_queues_claim_index_in_order(
         pg_url: str, queues: tuple[str, ...]) -> None:
@@ -92,14 +106,7 @@ def test_a_lane_reads_each_queues_claim_index_in_order(
     rows or sorted the lane's backlog (12-34 ms a claim at 60,000 rows, against 3 ms
     in order)."""
     engine = db.make_engine(pg_url)
-    with engine.begin() as conn:
-        enqueue_many(conn, [Message(to=f"o{i}@example.com", subject="Hi", text="x",
-                                    key=f"other-{i}", queue="other", priority=5)
-                            for i in range(3000)], settings=SETTINGS)
-        enqueue_many(conn, [Message(to=f"b{i}@example.com", subject="Hi", text="x",
-                                    key=f"{queues[i % len(queues)]}-{i}",
-                                    queue=queues[i % len(queues)]) for i in range(3000)],
-                     settings=SETTINGS)
+    _backlog_behind_another_queue(engine, queues)
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         conn.execute(text("VACUUM (ANALYZE) mailout_messages"))  # as autovacuum would
@@ -114,3 +121,36 @@ def test_a_lane_reads_each_queues_claim_index_in_order(
     assert "Bitmap" not in pending, plan
     assert "pending_order" not in pending, plan
     assert {m.queue for m in _claimed(pg_url, queues)} == set(queues)
+
+
+@pytest.mark.parametrize("queues", [("bulk",), ("bulk", "news")])
+def test_a_mysql_lane_reads_each_queues_claim_index(
+        mysql_url: str, queues: tuple[str, ...]) -> None:
+    """MySQL's claim reads each of the lane's queues through its claim index. Left to
+    itself, MariaDB walked the all-queue claim order and filtered, past the other
+    queue's whole backlog (95 ms a claim of 50 behind 60,000 rows, against 1 ms)."""
+    engine = db.make_engine(mysql_url)
+    _backlog_behind_another_queue(engine, queues)
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE TABLE mailout_messages"))
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_c: Any, _cur: Any, statement: str, parameters: Any, _ctx: Any,
+                _many: bool) -> None:
+        if "next_attempt_at <=" in statement and "FOR UPDATE" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    with engine.begin() as conn:
+        got = leasing.claim(conn, owner="plan", limit=16, lease_seconds=60, queues=queues)
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        keys = []
+        for statement, parameters in seen:
+            with raw.cursor() as cur:
+                cur.execute("EXPLAIN " + statement, parameters)
+                keys.append(cur.fetchone()[5])  # EXPLAIN's "key" column
+    engine.dispose()
+    assert keys == ["ix_mailout_messages_claim_due"] * len(queues)
+    assert len(got) == 16
+    assert {m.queue for m in got} == set(queues)
