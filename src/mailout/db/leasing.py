@@ -90,16 +90,18 @@ def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
 
 def _pending_branches(queues: Sequence[str] | None, exclude: Sequence[str],
                       exclude_templates: Sequence[str], extra: list[ColumnElement[bool]],
-                      *, arrays: bool) -> list[list[ColumnElement[bool]]]:
-    """The pending rows' filters, a list per index scan: one scan per queue of the lane
-    still claimable (a paused one is not), each read in claim order through the queue's
-    claim index, to be merged; one scan for a lane over every queue (or none left).
-    A single scan over several queues (``IN``, ``= ANY``) cannot read an index in claim
-    order: it sorted the lane's whole backlog, or walked the other queues' rows."""
+                      *, arrays: bool) -> tuple[list[list[ColumnElement[bool]]], bool]:
+    """The pending rows' filters, a list per index scan, and whether each scan is one
+    queue's: one scan per queue of the lane still claimable (a paused one is not), each
+    read in claim order through the queue's claim index, to be merged; one scan for a
+    lane over every queue (or none left). A single scan over several queues (``IN``,
+    ``= ANY``) cannot read an index in claim order: it sorted the lane's whole
+    backlog, or walked the other queues' rows."""
     live = [q for q in queues or () if q not in exclude]
     if not live:
-        return [[*_filters(queues, exclude, exclude_templates, arrays=arrays), *extra]]
-    return [[*_filters((q,), (), exclude_templates, arrays=arrays), *extra] for q in live]
+        return [[*_filters(queues, exclude, exclude_templates, arrays=arrays), *extra]], False
+    return [[*_filters((q,), (), exclude_templates, arrays=arrays), *extra]
+            for q in live], True
 
 
 def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
@@ -205,11 +207,11 @@ def claim(
         return _claimed_rows(conn, rows, logged=True)
     if dialects.claims_in_locking_reads(conn):
         extra = _expired_filter(expired_only)
+        branches, by_queue = _pending_branches(queues, exclude_queues, exclude_templates,
+                                               extra, arrays=False)
         return _claim_locking(conn, params,
                               [*_filters(queues, exclude_queues, exclude_templates), *extra],
-                              _pending_branches(queues, exclude_queues, exclude_templates,
-                                                extra, arrays=False),
-                              by_queue=any(q not in exclude_queues for q in queues or ()))
+                              branches, by_queue=by_queue)
     candidates = (
         select(
             messages.c.id,
@@ -241,7 +243,7 @@ _PREV_COLUMNS = (messages.c.id, messages.c.status.label("prev_status"),
 
 
 def _claim_locking(conn: Connection, params: Mapping[str, Any],
-                   filters: list[ColumnElement[bool]],
+                   expired_filters: list[ColumnElement[bool]],
                    branches: list[list[ColumnElement[bool]]],
                    by_queue: bool) -> list[ClaimedMessage]:
     """MySQL's claim: lock due rows with ``FOR UPDATE SKIP LOCKED`` (expired leases
@@ -260,7 +262,7 @@ def _claim_locking(conn: Connection, params: Mapping[str, Any],
     now = db_now()
     expired = (select(*_PREV_COLUMNS)
                .where(messages.c.status == Status.SENDING.value,
-                      messages.c.lease_expires_at <= now, *filters)
+                      messages.c.lease_expires_at <= now, *expired_filters)
                .order_by(messages.c.lease_expires_at).limit(limit)
                .with_for_update(skip_locked=True))
     prev = {r.id: r for r in conn.execute(expired)}
@@ -334,7 +336,7 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
     """The PostgreSQL claim for one lane's filters, built once: building the
     statement cost more CPU than running it."""
     extra = _expired_filter(expired_only)
-    branches = _pending_branches(queues, exclude, exclude_templates, extra, arrays=True)
+    branches, _ = _pending_branches(queues, exclude, exclude_templates, extra, arrays=True)
     due = _due_cte(bindparam("limit", type_=Integer), branches,
                    [*_filters(queues, exclude, exclude_templates, queue_indexed=False,
                               arrays=True), *extra])
