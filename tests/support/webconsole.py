@@ -17,10 +17,10 @@ from typing import Any
 
 import uvicorn
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from mailout.web import WebSettings, create_app
@@ -98,19 +98,28 @@ def log_in(driver: WebDriver, base: str, name: str, token: str) -> None:
     driver.get(base + "/login")
     driver.find_element(By.ID, "login-name").send_keys(name)
     driver.find_element(By.ID, "login-token").send_keys(token)
-    driver.find_element(By.ID, "login-submit").click()
-    # A click returns before the next page has loaded: wait for the signed-in header.
-    WebDriverWait(driver, 15).until(
-        lambda d: d.find_elements(By.ID, "identity") or d.find_elements(By.ID, "login-error"))
+    navigate(driver, By.ID, "login-submit")
     if not driver.find_elements(By.ID, "identity"):
         raise AssertionError("sign-in failed: " + driver.find_element(By.ID, "login-error").text)
 
 
+_LEAVING = "window.__mailoutLeaving = true"
+_NEW_PAGE_LOADED = "return !window.__mailoutLeaving && document.readyState === 'complete'"
+
+
 def navigate(driver: WebDriver, by: str, value: str) -> None:
-    """Click the element that leads to another page, and wait until that page is in."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    """Click the element that leads to another page, and wait until that page has loaded.
+
+    The old page is marked with a script variable, and the wait is for a loaded document
+    without it. Waiting for the old ``<html>`` element to go stale instead raced the
+    navigation: chromedriver can fail on a node it is tearing down with an "unhandled
+    inspector error" rather than report it stale. While the pages change over, any
+    WebDriver error is retried; if no new page loads, the wait times out.
+    """
+    driver.execute_script(_LEAVING)
     driver.find_element(by, value).click()
-    WebDriverWait(driver, 15).until(staleness_of(old))
+    WebDriverWait(driver, 15, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(_NEW_PAGE_LOADED))
 
 
 def screenshot(driver: WebDriver, name: str) -> Path:
