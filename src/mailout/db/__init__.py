@@ -2,7 +2,7 @@
 
 Owns the schema (``schema``), engines (``engine``), migrations (``migrate`` and
 ``migrations/``), the enqueue INSERT (``inserts``), the worker's claims and leases
-(``leasing``), its finished attempts (``outcomes``; MySQL's batch completions in
+(``leasing``; the rows a claim reads back decoded in ``claimed``), its finished attempts (``outcomes``; MySQL's batch completions in
 ``json_table``), operator
 switches (``pauses``), operator reads and changes (``admin``), reports and gauges
 (``stats``), delivery events, suppressions and webhook nonces (``events``) and

@@ -21,7 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import attachments
 from mailout.db.admin import MessageRecord, record_from_row, summary_select
-from mailout.db.leasing import stored_addresses
+from mailout.db.claimed import stored_addresses
 from mailout.db.schema import messages
 from mailout.models import ClaimedMessage, Status
 from mailout.timeutil import aware

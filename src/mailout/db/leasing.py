@@ -2,7 +2,8 @@
 
 Every function takes a SQLAlchemy ``Connection`` and runs inside whatever
 transaction the caller holds; the caller decides where transactions begin and end.
-Finished attempts are written by :mod:`mailout.db.outcomes`, new rows by
+The rows a claim reads back become ClaimedMessage records in
+:mod:`mailout.db.claimed`. Finished attempts are written by :mod:`mailout.db.outcomes`, new rows by
 :mod:`mailout.db.inserts`; operator queries (status, list,
 trace, requeue, purge) live in :mod:`mailout.db.admin`.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -38,6 +39,7 @@ from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import dialects, direct
+from mailout.db.claimed import ABANDONED_DETAIL, CLAIMED_COLUMNS, SENDING, claimed_rows
 from mailout.db.schema import (
     attempts,
     db_now,
@@ -45,7 +47,7 @@ from mailout.db.schema import (
     messages,
     suppressions,
 )
-from mailout.models import ClaimedMessage, Mailbox, Outcome, Status
+from mailout.models import ClaimedMessage, Outcome, Status
 from mailout.timeutil import aware
 
 
@@ -204,7 +206,7 @@ def claim(
         # statement logs the abandoned attempts itself: it is the whole claim, so the
         # caller may run it in autocommit (see claims_alone).
         rows = direct.fetch_mappings(conn, stmt, params)
-        return _claimed_rows(conn, rows, logged=True)
+        return claimed_rows(conn, rows, logged=True)
     if dialects.claims_in_locking_reads(conn):
         extra = _expired_filter(expired_only)
         branches, by_queue = _pending_branches(queues, exclude_queues, exclude_templates,
@@ -231,8 +233,8 @@ def claim(
     if not prev:
         return []
     plain = update(messages).where(messages.c.id.in_(list(prev))).ordered_values(*_LEASE_SET)
-    updated = conn.execute(plain.returning(*_CLAIMED_COLUMNS, _SUPPRESSED), params)
-    return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
+    updated = conn.execute(plain.returning(*CLAIMED_COLUMNS, _SUPPRESSED), params)
+    return claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
 
 
 _BY_QUEUE_INDEX = "FORCE INDEX (ix_mailout_messages_claim_due)"
@@ -285,8 +287,8 @@ def _claim_locking(conn: Connection, params: Mapping[str, Any],
         return []
     ids = list(prev)
     conn.execute(update(messages).where(messages.c.id.in_(ids)).ordered_values(*_LEASE_SET), params)
-    leased = conn.execute(select(*_CLAIMED_COLUMNS, _SUPPRESSED).where(messages.c.id.in_(ids)))
-    return _claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in leased])
+    leased = conn.execute(select(*CLAIMED_COLUMNS, _SUPPRESSED).where(messages.c.id.in_(ids)))
+    return claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in leased])
 
 
 _ABANDONED = messages.c.status == Status.SENDING.value  # SET sees the old row
@@ -344,7 +346,7 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
         update(messages)
         .where(messages.c.id == due.c.id)
         .ordered_values(*_LEASE_SET)
-        .returning(*_CLAIMED_COLUMNS, due.c.prev_status, due.c.prev_owner,
+        .returning(*CLAIMED_COLUMNS, due.c.prev_status, due.c.prev_owner,
                    due.c.prev_started, _SUPPRESSED, due.c.prev_transport)
         .cte("claimed")
     )
@@ -354,104 +356,11 @@ def _pg_claim(queues: tuple[str, ...], exclude: tuple[str, ...],
         claimed.c.id, claimed.c.attempts - 1, literal(Outcome.UNKNOWN.value, String),
         literal(ABANDONED_DETAIL, String), claimed.c.prev_owner, claimed.c.prev_started,
         claimed.c.prev_transport, db_now(),
-    ).where(claimed.c.prev_status == _SENDING)
+    ).where(claimed.c.prev_status == SENDING)
     logged = insert(attempts).from_select(
         ["outbox_id", "attempt", "outcome", "detail", "worker", "started_at", "transport",
          "finished_at"], abandoned).cte("abandoned")
     return select(claimed).add_cte(logged)
-
-
-ABANDONED_DETAIL = "lease expired before the attempt finished"
-
-
-# What a claim reads back: the columns _claimed and _log_abandoned use, and no more
-# (each column returned costs a conversion per claimed row).
-_CLAIMED_COLUMNS = tuple(messages.c[name] for name in (
-    "id", "idempotency_key", "queue", "priority", "recipient", "sender", "template", "params",
-    "subject", "body_text", "body_html", "headers", "message_id", "attempts",
-    "unknown_attempts", "created_at", "expires_at", "lease_token", "last_attempt_at",
-    "event_ref", "event_version", "schema_version", "addresses", "locale",
-    "attachment_digest", "settled", "unknown_since", "unknown_via"))
-
-
-def _claimed_rows(conn: Connection, rows: Sequence[Mapping[Any, Any]], *,
-                  logged: bool = False) -> list[ClaimedMessage]:
-    """``rows`` as ClaimedMessages, highest priority first; unless the claim ``logged``
-    them itself, the abandoned attempts of reclaimed rows are logged here."""
-    claimed = [_claimed(r) for r in rows]
-    if not logged:
-        _log_abandoned(conn, [r for r in rows if r["prev_status"] == _SENDING])
-    claimed.sort(key=lambda m: (-m.priority, m.id))
-    return claimed
-
-
-_SENDING = Status.SENDING.value  # read once per claimed row: an enum's .value is a property
-
-
-def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
-    return ClaimedMessage(
-        id=m["id"],
-        key=m["idempotency_key"],
-        queue=m["queue"],
-        priority=m["priority"],
-        recipient=m["recipient"],
-        sender=m["sender"],
-        template=m["template"],
-        params=m["params"],
-        subject=m["subject"],
-        text=m["body_text"],
-        html=m["body_html"],
-        headers=m["headers"],
-        message_id=m["message_id"],
-        attempts=m["attempts"],
-        unknown_attempts=m["unknown_attempts"],
-        created_at=aware(m["created_at"]) or datetime.now(UTC),
-        expires_at=aware(m["expires_at"]),
-        lease_token=m["lease_token"],
-        claimed_at=aware(m["last_attempt_at"]) or datetime.now(UTC),
-        reclaimed=m["prev_status"] == _SENDING,
-        event_ref=m["event_ref"],
-        event_version=m["event_version"],
-        schema_version=m["schema_version"],
-        suppressed=bool(m.get("suppressed")),
-        **stored_addresses(m["addresses"]),
-        locale=m["locale"],
-        has_attachments=m["attachment_digest"] is not None,
-        settled=m["settled"] or {},
-        unknown_since=aware(m["unknown_since"]),
-        unknown_via=m["unknown_via"],
-    )
-
-
-_ADDRESS_FIELDS = ("to", "cc", "bcc", "reply_to")
-
-
-def stored_addresses(stored: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``addresses`` column ({"to": [[name, address], ...], ...}) as mailboxes."""
-    if not stored:
-        return {}
-    return {f: tuple(Mailbox(address, name) for name, address in stored.get(f) or ())
-            for f in _ADDRESS_FIELDS}
-
-
-def _log_abandoned(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> None:
-    if not rows:
-        return
-    conn.execute(
-        insert(attempts).values(finished_at=db_now()),
-        [
-            {
-                "outbox_id": r["id"],
-                "attempt": r["attempts"] - 1,
-                "outcome": Outcome.UNKNOWN.value,
-                "detail": ABANDONED_DETAIL,
-                "worker": r["prev_owner"],
-                "started_at": r["prev_started"],
-                "transport": r["prev_transport"],
-            }
-            for r in rows
-        ],
-    )
 
 
 def release(conn: Connection, leases: Iterable[tuple[int, str]]) -> int:
