@@ -10,6 +10,7 @@ from sqlalchemy import Engine, event, text
 
 from mailout import db
 from mailout.db import leasing
+from mailout.models import ClaimedMessage
 from mailout.outbox import Message, enqueue_many
 from tests.integration.test_store import SETTINGS, add
 
@@ -58,7 +59,7 @@ def test_a_lane_claim_reads_leased_rows_not_its_queue_history(pg_url: str) -> No
     assert claimed_queues == {"bulk"}
 
 
-def _claimed(url: str, queues: tuple[str, ...]) -> list[leasing.ClaimedMessage]:
+def _claimed(url: str, queues: tuple[str, ...]) -> list[ClaimedMessage]:
     engine = db.make_engine(url)
     try:
         with engine.begin() as conn:
@@ -154,3 +155,58 @@ def test_a_mysql_lane_reads_each_queues_claim_index(
     assert keys == ["ix_mailout_messages_claim_due"] * len(queues)
     assert len(got) == 16
     assert {m.queue for m in got} == set(queues)
+
+
+def _sqlite_claim_plans(url: str, queues: tuple[str, ...]) -> list[str]:
+    """EXPLAIN QUERY PLAN of each read a SQLite claim makes, as leasing.claim sends it
+    (the claim rolled back)."""
+    engine = db.make_engine(url)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_c: Any, _cur: Any, statement: str, parameters: Any, _ctx: Any,
+                _many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    plans = []
+    with engine.connect() as conn:
+        got = leasing.claim(conn, owner="plan", limit=16, lease_seconds=60,
+                            queues=queues or None)
+        conn.rollback()
+        assert len(got) == 16
+        assert not queues or {m.queue for m in got} == set(queues)
+        for statement, parameters in seen:
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+            plans.append("\n".join(r[3] for r in rows))
+    engine.dispose()
+    return plans
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
+@pytest.mark.parametrize("queues", [(), ("bulk",), ("bulk", "news")])
+def test_a_sqlite_claim_reads_claim_indexes_in_order(
+        sqlite_url: str, queues: tuple[str, ...], analyzed: bool) -> None:
+    """SQLite's claim reads expired leases through the leased index and pending rows
+    through the claim-order partial indexes, one read per queue, each in claim order:
+    no sort of the backlog and no read of a queue's history. Left to itself, SQLite
+    read ``status = 'pending'`` through ix_mailout_messages_status_id and sorted every
+    due row (34-67 ms a claim of 50 behind 126,000 rows, against 3-4 ms in order)."""
+    engine = db.make_engine(sqlite_url)
+    _backlog_behind_another_queue(engine, queues or ("bulk",))
+    add(engine, 300, queue="bulk")
+    with engine.begin() as conn:
+        # A queue's history: finished rows a read by queue alone would walk.
+        conn.execute(text("UPDATE mailout_messages SET status = 'sent' "
+                          "WHERE idempotency_key LIKE 'k-%'"))
+        if analyzed:
+            conn.execute(text("ANALYZE"))
+    engine.dispose()
+    expired, *pending = _sqlite_claim_plans(sqlite_url, queues)
+    assert expired == "SEARCH mailout_messages USING INDEX ix_mailout_messages_leased " \
+                      "(lease_expires_at<?)"
+    assert len(pending) == max(1, len(queues))
+    index = "ix_mailout_messages_due (queue=?)" if queues else "ix_mailout_messages_pending_order"
+    for plan in pending:
+        assert f"USING INDEX {index}" in plan, plan
+        assert "\n" not in plan, plan  # one step: no "USE TEMP B-TREE FOR ORDER BY"

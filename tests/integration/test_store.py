@@ -27,7 +27,7 @@ def add(engine: Engine, n: int, **kw: object) -> list[int]:
 
 
 def claim(engine: Engine, limit: int = 10, lease: float = 60, owner: str = "w1",
-          queues: list[str] | None = None) -> list[leasing.ClaimedMessage]:
+          queues: list[str] | None = None) -> list[ClaimedMessage]:
     with db.immediate(engine) as conn:
         return leasing.claim(conn, owner=owner, limit=limit, lease_seconds=lease, queues=queues)
 
@@ -37,7 +37,7 @@ def status_of(engine: Engine, rid: int) -> dict[str, object]:
         return dict(conn.execute(select(messages).where(messages.c.id == rid)).one()._mapping)
 
 
-def sent(c: leasing.ClaimedMessage, worker: str = "w1") -> Completion:
+def sent(c: ClaimedMessage, worker: str = "w1") -> Completion:
     return Completion(id=c.id, lease_token=c.lease_token, attempt=c.attempts,
                       outcome=Outcome.SENT, status=Status.SENT, started_at=c.claimed_at,
                       worker=worker, recipient=c.recipient, reply_code=250,

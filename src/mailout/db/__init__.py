@@ -2,8 +2,8 @@
 
 Owns the schema (``schema``), engines (``engine``), migrations (``migrate`` and
 ``migrations/``), the enqueue INSERT (``inserts``), the worker's claims and leases
-(``leasing``; the rows a claim reads back decoded in ``claimed``), its finished attempts (``outcomes``; MySQL's batch completions in
-``json_table``), operator
+(``leasing``; the rows a claim reads back are decoded in ``claimed``), its finished
+attempts (``outcomes``; MySQL's batch completions in ``json_table``), operator
 switches (``pauses``), operator reads and changes (``admin``), reports and gauges
 (``stats``), delivery events, suppressions and webhook nonces (``events``) and
 PostgreSQL LISTEN (``notifications``).

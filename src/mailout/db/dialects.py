@@ -91,6 +91,12 @@ def claims_in_locking_reads(bind: Bind) -> bool:
     return name_of(bind) == MYSQL
 
 
+def takes_likelihood_hints(bind: Bind) -> bool:
+    """Does the planner read ``likely(term)`` as "this term filters out few rows", and
+    so prefer an index that gives the ORDER BY over one that serves the term (SQLite)?"""
+    return name_of(bind) == SQLITE
+
+
 def locks_rows_skipping_locked(bind: Bind) -> bool:
     """Can a read lock the rows it returns and pass over those another transaction
     holds (``FOR UPDATE SKIP LOCKED``)? SQLite has no row locks: a transaction that

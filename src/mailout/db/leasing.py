@@ -20,6 +20,7 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
+    Select,
     String,
     all_,
     and_,
@@ -40,6 +41,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import dialects, direct
 from mailout.db.claimed import ABANDONED_DETAIL, CLAIMED_COLUMNS, SENDING, claimed_rows
+from mailout.db.dialects import MYSQL
 from mailout.db.schema import (
     attempts,
     db_now,
@@ -57,7 +59,9 @@ def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates.
 
     ``queue_indexed=False`` compares ``queue || ''`` instead, the same values, which no
-    index on ``queue`` matches (see _due_cte). ``arrays`` (PostgreSQL) writes an ``IN``
+    index on ``queue`` matches: the expired-lease reads filter so (see _due_cte; SQLite
+    otherwise reads the queue's whole history through ``ix_mailout_messages_queue_id``
+    and sorts it). ``arrays`` (PostgreSQL) writes an ``IN``
     list of several values as ``= ANY (ARRAY[...])`` and ``NOT IN`` as ``<> ALL
     (ARRAY[...])``, which is what PostgreSQL parses such lists into (the same plans),
     with one bind per value fixed when the statement is built: SQLAlchemy's IN lists
@@ -106,13 +110,11 @@ def _pending_branches(queues: Sequence[str] | None, exclude: Sequence[str],
             for q in live], True
 
 
-def _due(queues: Sequence[str] | None, exclude: Sequence[str] = (),
-         exclude_templates: Sequence[str] = ()) -> Any:
-    due = or_(
-        and_(messages.c.status == Status.PENDING.value, messages.c.next_attempt_at <= db_now()),
-        and_(messages.c.status == Status.SENDING.value, messages.c.lease_expires_at <= db_now()),
-    )
-    return and_(due, *_filters(queues, exclude, exclude_templates))
+# What a claim reads of each due row before leasing it: the abandoned attempt's facts.
+_PREV_COLUMNS = (messages.c.id, messages.c.status.label("prev_status"),
+                 messages.c.lease_owner.label("prev_owner"),
+                 messages.c.last_attempt_at.label("prev_started"),
+                 messages.c.lease_transport.label("prev_transport"))
 
 
 def _due_cte(limit: Any, branches: list[list[ColumnElement[bool]]],
@@ -139,10 +141,7 @@ def _due_cte(limit: Any, branches: list[list[ColumnElement[bool]]],
     only the rows being sent.
     """
     now = func.statement_timestamp()
-    cols = (messages.c.id, messages.c.status.label("prev_status"),
-            messages.c.lease_owner.label("prev_owner"),
-            messages.c.last_attempt_at.label("prev_started"),
-            messages.c.lease_transport.label("prev_transport"))
+    cols = _PREV_COLUMNS
     expired = (select(*cols).where(messages.c.status == Status.SENDING.value,
                                    messages.c.lease_expires_at <= now, *expired_filters)
                .order_by(messages.c.lease_expires_at).limit(limit)
@@ -207,88 +206,95 @@ def claim(
         # caller may run it in autocommit (see claims_alone).
         rows = direct.fetch_mappings(conn, stmt, params)
         return claimed_rows(conn, rows, logged=True)
-    if dialects.claims_in_locking_reads(conn):
-        extra = _expired_filter(expired_only)
-        branches, by_queue = _pending_branches(queues, exclude_queues, exclude_templates,
-                                               extra, arrays=False)
-        return _claim_locking(conn, params,
-                              [*_filters(queues, exclude_queues, exclude_templates), *extra],
-                              branches, by_queue=by_queue)
-    candidates = (
-        select(
-            messages.c.id,
-            messages.c.status.label("prev_status"),
-            messages.c.lease_owner.label("prev_owner"),
-            messages.c.last_attempt_at.label("prev_started"),
-            messages.c.lease_transport.label("prev_transport"),
-        )
-        .where(_due(queues, exclude_queues, exclude_templates),
-               *_expired_filter(expired_only))
-        .order_by(messages.c.priority.desc(), messages.c.next_attempt_at, messages.c.id)
-        .limit(limit)
-    )
-    # SQLite: the transaction holds the database write lock (BEGIN IMMEDIATE), so
-    # reading the candidates and then updating them cannot race another claimer.
-    prev = {r.id: r for r in conn.execute(candidates)}
-    if not prev:
-        return []
-    plain = update(messages).where(messages.c.id.in_(list(prev))).ordered_values(*_LEASE_SET)
-    updated = conn.execute(plain.returning(*CLAIMED_COLUMNS, _SUPPRESSED), params)
-    return claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in updated])
+    # MySQL and SQLite: read the due rows (one index read per branch), then lease them.
+    extra = _expired_filter(expired_only)
+    branches, by_queue = _pending_branches(queues, exclude_queues, exclude_templates,
+                                           extra, arrays=False)
+    expired_filters = [*_filters(queues, exclude_queues, exclude_templates,
+                                 queue_indexed=False), *extra]
+    return _claim_by_reads(conn, params, expired_filters, branches, by_queue=by_queue)
 
 
 _BY_QUEUE_INDEX = "FORCE INDEX (ix_mailout_messages_claim_due)"
-_PREV_COLUMNS = (messages.c.id, messages.c.status.label("prev_status"),
-                 messages.c.lease_owner.label("prev_owner"),
-                 messages.c.last_attempt_at.label("prev_started"),
-                 messages.c.lease_transport.label("prev_transport"))
 
 
-def _claim_locking(conn: Connection, params: Mapping[str, Any],
-                   expired_filters: list[ColumnElement[bool]],
-                   branches: list[list[ColumnElement[bool]]],
-                   by_queue: bool) -> list[ClaimedMessage]:
-    """MySQL's claim: lock due rows with ``FOR UPDATE SKIP LOCKED`` (expired leases
-    first, then pending rows in claim order, each read through an index led by the
-    status; one read per entry of ``branches``, merged), lease exactly those, then
-    read them back: no RETURNING. Rows another claimer holds are skipped, never waited
-    for, so two claims neither take one row nor wait on each other. Pending rows a
-    merge leaves out stay locked, unclaimed, until the claim commits.
+def _claim_by_reads(conn: Connection, params: Mapping[str, Any],
+                    expired_filters: list[ColumnElement[bool]],
+                    branches: list[list[ColumnElement[bool]]],
+                    by_queue: bool) -> list[ClaimedMessage]:
+    """The claim of MySQL and SQLite: read the due rows (expired leases first, then
+    pending rows in claim order, one read per entry of ``branches``, merged), lease
+    exactly those, and return them.
 
-    ``by_queue``: each branch is one queue, read through ``ix_mailout_messages_claim_due``
-    by force. Left to itself the optimizer walks the all-queue claim order
-    (``..._claim_order``) and filters, expecting the queue's rows to be spread evenly;
-    behind another queue's backlog that read every row of it (95 ms a claim of 50
-    behind 60,000 rows, against 1 ms)."""
+    Each read walks an index in claim order and stops after ``limit`` rows, so a claim
+    costs the same behind a large backlog:
+
+    - MySQL locks what it reads with ``FOR UPDATE SKIP LOCKED``: rows another claimer
+      holds are skipped, never waited for, so two claims neither take one row nor wait
+      on each other. Pending rows a merge leaves out stay locked, unclaimed, until the
+      claim commits. The leased rows are read back (no RETURNING). ``by_queue``: each
+      branch is one queue, read through ``ix_mailout_messages_claim_due`` by force.
+      Left to itself the optimizer walks the all-queue claim order (``..._claim_order``)
+      and filters, expecting the queue's rows to be spread evenly; behind another
+      queue's backlog that read every row of it (95 ms a claim of 50 behind 60,000
+      rows, against 1 ms).
+    - SQLite's transaction holds the database write lock (BEGIN IMMEDIATE), so reading
+      the rows and then leasing them cannot race another claimer. Its status terms are
+      wrapped in ``likely()`` (see :func:`_mostly_true`).
+    """
     limit = int(params["limit"])
     now = db_now()
+    locking = dialects.locks_rows_skipping_locked(conn)
     expired = (select(*_PREV_COLUMNS)
-               .where(messages.c.status == Status.SENDING.value,
-                      messages.c.lease_expires_at <= now, *expired_filters)
-               .order_by(messages.c.lease_expires_at).limit(limit)
-               .with_for_update(skip_locked=True))
-    prev = {r.id: r for r in conn.execute(expired)}
+               .where(_mostly_true(conn, messages.c.status == Status.SENDING.value),
+                      messages.c.lease_expires_at <= now,
+                      *expired_filters)
+               .order_by(messages.c.lease_expires_at).limit(limit))
+    prev = {r.id: r for r in conn.execute(_locked(expired, locking))}
     want = limit - len(prev)
     if want > 0:
         rows: list[Any] = []
         for branch in branches:
             pending = (select(*_PREV_COLUMNS, messages.c.priority, messages.c.next_attempt_at)
-                       .where(messages.c.status == Status.PENDING.value,
-                              messages.c.next_attempt_at <= now, *branch)
+                       .where(_mostly_true(conn, messages.c.status == Status.PENDING.value),
+                              _mostly_true(conn, messages.c.next_attempt_at <= now), *branch)
                        .order_by(messages.c.priority.desc(), messages.c.next_attempt_at,
                                  messages.c.id)
-                       .limit(want).with_for_update(skip_locked=True))
+                       .limit(want))
             if by_queue:
-                pending = pending.with_hint(messages, _BY_QUEUE_INDEX)
-            rows += conn.execute(pending).all()
+                pending = pending.with_hint(messages, _BY_QUEUE_INDEX, dialect_name=MYSQL)
+            rows += conn.execute(_locked(pending, locking)).all()
         rows.sort(key=lambda r: (-r.priority, r.next_attempt_at, r.id))
         prev.update((r.id, r) for r in rows[:want])
     if not prev:
         return []
     ids = list(prev)
-    conn.execute(update(messages).where(messages.c.id.in_(ids)).ordered_values(*_LEASE_SET), params)
-    leased = conn.execute(select(*CLAIMED_COLUMNS, _SUPPRESSED).where(messages.c.id.in_(ids)))
+    lease = update(messages).where(messages.c.id.in_(ids)).ordered_values(*_LEASE_SET)
+    if dialects.returns_written_rows(conn):
+        leased = conn.execute(lease.returning(*CLAIMED_COLUMNS, _SUPPRESSED), params)
+    else:
+        conn.execute(lease, params)
+        leased = conn.execute(select(*CLAIMED_COLUMNS, _SUPPRESSED)
+                              .where(messages.c.id.in_(ids)))
     return claimed_rows(conn, [{**r._mapping, **prev[r.id]._mapping} for r in leased])
+
+
+def _locked(stmt: Select[Any], locking: bool) -> Select[Any]:
+    return stmt.with_for_update(skip_locked=True) if locking else stmt
+
+
+def _mostly_true(conn: Connection, term: ColumnElement[bool]) -> ColumnElement[bool]:
+    """``term``, marked where the planner takes hints as true of most rows it reads
+    (SQLite's ``likely()``), so that it picks the index that gives the claim order.
+
+    SQLite, left to itself, reads ``status = ?`` through ``ix_mailout_messages_status_id``
+    and sorts every due row (34-67 ms a claim of 50 behind 126,000 pending rows,
+    against 3-4 ms in order). With statistics it may also read one queue's rows through
+    the all-queue claim order, ranging on ``next_attempt_at``, past other queues'
+    backlog. Marked, the status term still selects the partial claim-order indexes
+    (their WHERE matches it) and each read stops after LIMIT rows in index order. The
+    marks are true: the rows these reads walk are the due backlog."""
+    return func.likely(term) if dialects.takes_likelihood_hints(conn) else term
 
 
 _ABANDONED = messages.c.status == Status.SENDING.value  # SET sees the old row
