@@ -85,12 +85,6 @@ def stores_times_without_zone(bind: Bind) -> bool:
     return name_of(bind) == MYSQL
 
 
-def claims_in_locking_reads(bind: Bind) -> bool:
-    """Does a claim pick its rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` and then
-    lease them with a plain UPDATE, in one transaction (MySQL, MariaDB)?"""
-    return name_of(bind) == MYSQL
-
-
 def takes_likelihood_hints(bind: Bind) -> bool:
     """Does the planner read ``likely(term)`` as "this term filters out few rows", and
     so prefer an index that gives the ORDER BY over one that serves the term (SQLite)?"""

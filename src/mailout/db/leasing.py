@@ -2,10 +2,10 @@
 
 Every function takes a SQLAlchemy ``Connection`` and runs inside whatever
 transaction the caller holds; the caller decides where transactions begin and end.
-The rows a claim reads back become ClaimedMessage records in
-:mod:`mailout.db.claimed`. Finished attempts are written by :mod:`mailout.db.outcomes`, new rows by
-:mod:`mailout.db.inserts`; operator queries (status, list,
-trace, requeue, purge) live in :mod:`mailout.db.admin`.
+The rows a claim reads back become ClaimedMessage records in :mod:`mailout.db.claimed`.
+Finished attempts are written by :mod:`mailout.db.outcomes`, new rows by
+:mod:`mailout.db.inserts`; operator queries (status, list, trace, requeue, purge) live
+in :mod:`mailout.db.admin`.
 """
 
 from __future__ import annotations
@@ -239,8 +239,8 @@ def _claim_by_reads(conn: Connection, params: Mapping[str, Any],
       queue's backlog that read every row of it (95 ms a claim of 50 behind 60,000
       rows, against 1 ms).
     - SQLite's transaction holds the database write lock (BEGIN IMMEDIATE), so reading
-      the rows and then leasing them cannot race another claimer. Its status terms are
-      wrapped in ``likely()`` (see :func:`_mostly_true`).
+      the rows and then leasing them cannot race another claimer. Its status and due-time
+      terms are wrapped in ``likely()`` (see :func:`_mostly_true`).
     """
     limit = int(params["limit"])
     now = db_now()
