@@ -61,16 +61,17 @@ def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     ``queue_indexed=False`` compares ``queue || ''`` instead, the same values, which no
     index on ``queue`` matches: the expired-lease reads filter so (see _due_cte; SQLite
     otherwise reads the queue's whole history through ``ix_mailout_messages_queue_id``
-    and sorts it). ``arrays`` (PostgreSQL) writes an ``IN``
-    list of several values as ``= ANY (ARRAY[...])`` and ``NOT IN`` as ``<> ALL
-    (ARRAY[...])``, which is what PostgreSQL parses such lists into (the same plans),
-    with one bind per value fixed when the statement is built: SQLAlchemy's IN lists
-    are expanded each time the statement runs, which keeps the claim off the driver's
-    cursor (mailout.db.direct). A single value is an equality, as PostgreSQL parses
-    ``IN (x)``: only then can a one-queue lane's claim read its queue's claim index in
-    claim order and stop after LIMIT rows (an index scan on ``= ANY`` returns rows out
-    of order before PostgreSQL 17, so that claim sorted its queue's whole backlog, or
-    walked the other queues' rows, whatever the index).
+    and sorts it).
+
+    ``arrays`` (PostgreSQL) writes an ``IN`` list of several values as ``= ANY
+    (ARRAY[...])`` and ``NOT IN`` as ``<> ALL (ARRAY[...])``, which is what PostgreSQL
+    parses such lists into (the same plans), with one bind per value fixed when the
+    statement is built: SQLAlchemy's IN lists are expanded each time the statement runs,
+    which keeps the claim off the driver's cursor (mailout.db.direct). A single value is
+    an equality, as PostgreSQL parses ``IN (x)``: only then can a one-queue lane's claim
+    read its queue's claim index in claim order and stop after LIMIT rows (an index scan
+    on ``= ANY`` returns rows out of order before PostgreSQL 17, so that claim sorted
+    its queue's whole backlog, or walked the other queues' rows, whatever the index).
     """
     def among(column: ColumnElement[Any], values: Sequence[str]) -> ColumnElement[bool]:
         if not arrays:
@@ -141,14 +142,13 @@ def _due_cte(limit: Any, branches: list[list[ColumnElement[bool]]],
     only the rows being sent.
     """
     now = func.statement_timestamp()
-    cols = _PREV_COLUMNS
-    expired = (select(*cols).where(messages.c.status == Status.SENDING.value,
+    expired = (select(*_PREV_COLUMNS).where(messages.c.status == Status.SENDING.value,
                                    messages.c.lease_expires_at <= now, *expired_filters)
                .order_by(messages.c.lease_expires_at).limit(limit)
                .with_for_update(skip_locked=True).subquery("expired"))
     # Several branches keep their sort key, to be merged on it.
     order = (messages.c.priority, messages.c.next_attempt_at) if len(branches) > 1 else ()
-    parts = [(select(*cols, *order).where(messages.c.status == Status.PENDING.value,
+    parts = [(select(*_PREV_COLUMNS, *order).where(messages.c.status == Status.PENDING.value,
                                           messages.c.next_attempt_at <= now, *filters)
               .order_by(messages.c.priority.desc(), messages.c.next_attempt_at,
                         messages.c.id).limit(limit)
@@ -158,7 +158,7 @@ def _due_cte(limit: Any, branches: list[list[ColumnElement[bool]]],
     pending = parts[0]
     if len(parts) > 1:
         merged = union_all(*map(select, parts)).subquery("pending_all")
-        pending = (select(*(merged.c[c.name] for c in cols))
+        pending = (select(*(merged.c[c.name] for c in _PREV_COLUMNS))
                    .order_by(merged.c.priority.desc(), merged.c.next_attempt_at, merged.c.id)
                    .limit(limit).subquery("pending"))
     both = union_all(select(expired), select(pending)).limit(limit)
