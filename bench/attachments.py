@@ -41,9 +41,10 @@ from bench.common import (
     worker_env,
     write_templates,
 )
-from mailout import Attachment, db, mime
+from mailout import Attachment, db
 from mailout.db import migrate
 from mailout.db.schema import messages
+from mailout.message import mime
 from mailout.outbox import EnqueueSettings, Message, enqueue_many
 
 KB = 1024

@@ -46,9 +46,10 @@ from bench.common import (
     write_templates,
 )
 from bench.throughput import analyze, fill, reset
-from mailout import config, db
+from mailout import db
 from mailout.db import leasing, migrate
 from mailout.db.schema import attempts, messages
+from mailout.worker import config
 from mailout.worker.build import build_worker
 
 COUNTERS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "blks_hit",

@@ -56,9 +56,9 @@ from bench.common import (
 from mailout import db
 from mailout.db import leasing, migrate
 from mailout.db.schema import messages
+from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
-from mailout.render import Renderer
 from mailout.transports.base import Envelope
 
 CLAIM_BATCH = 100

@@ -1,5 +1,5 @@
 """Client CPU of the worker's two hot statements on PostgreSQL, through SQLAlchemy's
-``Connection.execute`` and on psycopg's cursor (mailout.db.direct), side by side.
+``Connection.execute`` and on psycopg's cursor (mailout.db.hot_statements), side by side.
 
 Each round fills N template messages, then claims them in batches of ``--batch`` (the
 lanes' usual size under a backlog) and completes them in batches of 50 (the

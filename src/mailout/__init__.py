@@ -15,8 +15,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mailout.db.admin import count_messages
     from mailout.db.migrate import upgrade_database
+    from mailout.db.operator import count_messages
     from mailout.exceptions import (
         ConfigError,
         IdempotencyConflict,
@@ -45,7 +45,7 @@ _EXPORTS = {
                            "MailoutError", "NotFound", "RenderError", "SchemaMissing"),
     "mailout.models": ("Attachment", "EnqueueResult", "Mailbox", "Outcome", "Status"),
     "mailout.db.migrate": ("upgrade_database",),
-    "mailout.db.admin": ("count_messages",),
+    "mailout.db.operator": ("count_messages",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from mailout import addresses, compose, envparse, template_params, validate
 from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
+from mailout.delivery.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
+from mailout.delivery.policy import QueuePolicy, RetryPolicy, parse_queue_policies
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
+from mailout.message import addresses, compose, template_params, validate
+from mailout.message.templates import resolve_variant, template_schema
 from mailout.models import Attachment, EnqueueResult, Mailbox
-from mailout.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
-from mailout.policy import QueuePolicy, RetryPolicy, parse_queue_policies
-from mailout.templates import resolve_variant, template_schema
+from mailout.support import envparse
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -41,7 +42,7 @@ DEFAULT_MAX_AGE = 24 * 3600.0
 MAX_EXPIRES_IN = 10 * 366 * 86400.0
 # Scheduled times every database stores, with room for expires_in after them.
 _SEND_AT_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
-DEFAULT_TEMPLATES = "templates"  # the worker's default MAILOUT_TEMPLATES (config.py)
+DEFAULT_TEMPLATES = "templates"  # the worker's default MAILOUT_TEMPLATES (worker/config.py)
 
 Addresses = str | Mailbox | Sequence[str | Mailbox]
 
@@ -390,7 +391,7 @@ def enqueue(
       counted from ``send_at`` or from now.
     - ``event`` and ``version`` name the business event and its version, so that a
       check registered for the template can cancel the message at send time if the
-      event is no longer current (see :mod:`mailout.guards`). A template whose
+      event is no longer current (see :mod:`mailout.delivery.guards`). A template whose
       ``meta.toml`` declares ``schema = N`` stores N with the message.
     - ``to``, ``cc``, ``bcc`` and ``reply_to`` take one address or a list; a string
       holds one mailbox, display name kept exactly (``'"Doe, John" <j@example.com>'``).

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import pytest
 import uvloop
 
-BOTH_LOOPS = frozenset({"test_smtp_transport.py", "test_smtp_recipients.py",
-                        "test_smtp_auth_safety.py", "test_transport_contract.py"})
+BOTH_LOOPS = frozenset({"transports/smtp/test_client.py", "transports/smtp/test_recipients.py",
+                        "transports/smtp/test_auth_safety.py", "transports/test_contract.py"})
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 _ASYNCIO: Mapping[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
 _BOTH: Mapping[str, LoopFactory] = {**_ASYNCIO, "uvloop": uvloop.new_event_loop}
@@ -25,4 +26,6 @@ _BOTH: Mapping[str, LoopFactory] = {**_ASYNCIO, "uvloop": uvloop.new_event_loop}
 
 def pytest_asyncio_loop_factories(config: pytest.Config,
                                   item: pytest.Item) -> Mapping[str, LoopFactory]:
-    return _BOTH if item.path.name in BOTH_LOOPS else _ASYNCIO
+    here = Path(__file__).parent
+    inside = item.path.is_relative_to(here)
+    return _BOTH if inside and item.path.relative_to(here).as_posix() in BOTH_LOOPS else _ASYNCIO

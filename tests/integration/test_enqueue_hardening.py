@@ -15,9 +15,9 @@ from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import messages
 from mailout.exceptions import IdempotencyConflict, InvalidMessage, RenderError
+from mailout.message.render import Renderer
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
-from mailout.render import Renderer
-from tests.unit.test_render import NOW, claimed
+from tests.unit.message.test_render import NOW, claimed
 
 SETTINGS = EnqueueSettings(message_id_domain="example.com")
 RENDERER = Renderer(None, mail_from="Shop <shop@example.com>", clock=lambda: NOW)

@@ -1,7 +1,7 @@
 """The chaos run: many messages, killed workers, a faulty provider, an outage and a
 database restart; then every row is checked against what the server received.
 
-Used by ``bench/chaos.py`` (the full run) and ``tests/integration/test_chaos.py``
+Used by ``bench/chaos.py`` (the full run) and ``tests/integration/worker/test_chaos.py``
 (a reduced run in CI).
 """
 

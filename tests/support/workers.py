@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mailout import config
-from mailout.alerts import Alert
-from mailout.config import Settings
+from mailout.support.alerts import Alert
+from mailout.worker import config
 from mailout.worker.build import build_worker
+from mailout.worker.config import Settings
 from mailout.worker.runtime import Worker
 from tests.support.smtpserver import SmtpTestServer
 

@@ -1,8 +1,9 @@
-"""The package layout holds: no import cycles, and each boundary imports only what it may.
+"""The package layout holds: no import cycles, layers imported top down only, and each
+boundary imports only what it may.
 
-Imports are read from the source with ``ast`` (module-level and function-level alike,
-``TYPE_CHECKING`` blocks excluded: those never run), so a lazy import cannot hide a
-dependency the layout forbids.
+Imports are read from the source with ``ast`` (module-level and function-level alike),
+so a lazy import cannot hide a dependency the layout forbids. ``TYPE_CHECKING`` blocks
+never run, so they cannot close a cycle; they still count against the layers.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, module: str, known: set[str]) -> Iterator[str]:
+def _imports(tree: ast.AST, module: str, known: set[str],
+             type_checking: bool = False) -> Iterator[str]:
     """Every mailout module ``tree`` imports (a name imported from a package counts as
-    the submodule when there is one)."""
+    the submodule when there is one); ``TYPE_CHECKING`` blocks only if asked."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             node.body = []  # never executed at run time
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -54,17 +56,20 @@ def _imports(tree: ast.AST, module: str, known: set[str]) -> Iterator[str]:
                 yield candidate if candidate in known else base
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        graph[name] = {m for m in _imports(tree, name, known) if m != name and m in known}
+        graph[name] = {m for m in _imports(tree, name, known, type_checking)
+                       if m != name and m in known}
     return graph
 
 
 GRAPH = _graph()
+SUBPACKAGES = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} | {
+    p.stem for p in PACKAGE.glob("*.py")}
 
 
 def _package_of(module: str) -> str:
@@ -105,26 +110,111 @@ def test_there_is_no_import_cycle() -> None:
             visit(node)
 
 
-# boundary -> boundaries it must never import (lazy imports included)
+# The layers, top down. A module may import its own package, any package of a lower
+# layer, and, across the packages of its own layer, only the pairs in SAME_LAYER. The
+# root package ``mailout`` imports nothing when it is imported (its public names load
+# on first use), so it sits at the bottom: code inside the package imports only
+# ``__version__`` from it.
+LAYERS = (
+    ("entry points", ("mailout.cli", "mailout.web", "mailout.contrib", "mailout.testing",
+                      "mailout.__main__")),
+    ("worker and metrics", ("mailout.worker", "mailout.metrics")),
+    ("webhooks and outbox", ("mailout.webhooks", "mailout.outbox")),
+    ("delivery and feedback", ("mailout.delivery", "mailout.feedback")),
+    ("db and transports", ("mailout.db", "mailout.transports")),
+    ("message and support", ("mailout.message", "mailout.support")),
+    ("models and exceptions", ("mailout.models", "mailout.exceptions", "mailout")),
+)
+# importer package -> imported package, inside one layer: each with its reason.
+SAME_LAYER = {
+    ("mailout.__main__", "mailout.cli"): "python -m mailout runs the CLI",
+    ("mailout.cli", "mailout.web"): "`mailout web` serves the console",
+    ("mailout.contrib", "mailout.cli"): "`manage.py mailout` runs the CLI's commands",
+    ("mailout.contrib", "mailout.testing"): "the Django fixtures extend mailout.testing's Outbox",
+    ("mailout.worker", "mailout.metrics"): "a worker reports to its observer and serves metrics",
+}
+# Documented import paths kept after their module moved: each only re-exports the new one.
+ALIASES = {
+    "mailout.webhooks.django": "mailout.contrib.django.webhooks",
+    "mailout.testing.django": "mailout.contrib.django.testing",
+}
+# Imports against the layers that are still to be cut (issue 34, item 3).
+KNOWN_BACK_EDGES = {
+    ("mailout.message.compose", "mailout.db.attachments"),
+    ("mailout.message.render", "mailout.feedback.events"),
+    ("mailout.message.render", "mailout.transports.base"),
+    ("mailout.db.delivery_events", "mailout.feedback.events"),
+    ("mailout.delivery.guards", "mailout.feedback.events"),
+    ("mailout.feedback.rate_alert", "mailout.webhooks.settings"),
+}
+
+# Narrower than the layers: package -> what it must not reach, directly or not.
 FORBIDDEN = {
-    "mailout.db": {"mailout.worker", "mailout.transports", "mailout.cli", "mailout.metrics",
-                   "mailout.render", "mailout.attempt", "mailout.web", "mailout.webhooks"},
-    "mailout.transports": {"mailout.db", "mailout.worker", "mailout.cli", "mailout.metrics",
-                           "mailout.attempt", "mailout.outbox", "mailout.web"},
-    "mailout.outbox": {"mailout.worker", "mailout.transports", "mailout.cli",
-                        "mailout.metrics", "mailout.render", "mailout.attempt"},
-    "mailout.metrics": {"mailout.worker", "mailout.cli", "mailout.transports"},
-    "mailout.worker": {"mailout.cli"},
-    "mailout.webhooks": {"mailout.worker", "mailout.transports", "mailout.cli",
-                         "mailout.render", "mailout.attempt", "mailout.metrics"},
-    "mailout.dsn": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
-    "mailout.events": {"mailout.db", "mailout.worker", "mailout.transports", "mailout.cli"},
+    # Enqueue runs in the application's transaction: no transport, no rendering.
+    "mailout.outbox": {"mailout.transports", "mailout.message.render", "mailout.delivery.attempt",
+                       "mailout.delivery.guards"},
+    "mailout.metrics": {"mailout.transports"},
+    # Receivers store events; they never send or render.
+    "mailout.webhooks": {"mailout.transports", "mailout.message.render",
+                         "mailout.delivery.attempt", "mailout.metrics"},
+    # Parsing reports and events is pure: no database.
+    "mailout.feedback.dsn": {"mailout.db", "mailout.transports"},
+    "mailout.feedback.events": {"mailout.db", "mailout.transports"},
     # The console reads and acts through mailout.db only, and renders with render.py.
-    "mailout.web": {"mailout.worker", "mailout.cli", "mailout.metrics", "mailout.attempt",
-                    "mailout.outbox", "mailout.config", "mailout.transports.smtp"},
+    "mailout.web": {"mailout.worker", "mailout.cli", "mailout.metrics", "mailout.delivery.attempt",
+                    "mailout.outbox", "mailout.transports.smtp"},
 }
 # Plain records and pure helpers: they import nothing of mailout's.
-LEAVES = ("mailout.models", "mailout.exceptions", "mailout.timeutil")
+LEAVES = ("mailout.models", "mailout.exceptions", "mailout.support.timeutil")
+
+
+def _layer_of(module: str) -> tuple[int, str]:
+    """(layer index, package) of ``module``: the longest package of LAYERS it is in."""
+    found = [(len(p), i, p) for i, (_, packages) in enumerate(LAYERS) for p in packages
+             if module == p or module.startswith(p + ".")]
+    assert found, f"{module} is in no layer: add its package to LAYERS"
+    _, index, package = max(found)
+    return index, package
+
+
+TYPED_GRAPH = _graph(type_checking=True)
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in TYPED_GRAPH:
+        _layer_of(module)
+
+
+def test_each_module_imports_only_its_layer_or_lower() -> None:
+    """Type-only imports count: a type from a higher layer is a dependency on it too."""
+    found = set()
+    for module, deps in TYPED_GRAPH.items():
+        if module in ALIASES or module == "mailout":
+            continue  # the root names its lazily loaded public API for type checkers
+        mine, package = _layer_of(module)
+        for dep in deps:
+            theirs, other = _layer_of(dep)
+            if other == package or theirs > mine or (package, other) in SAME_LAYER:
+                continue
+            found.add((module, dep))
+    unexpected = sorted(found - KNOWN_BACK_EDGES)
+    assert not unexpected, "imports against the layers: " + ", ".join(
+        f"{a} -> {b}" for a, b in unexpected)
+    cut = sorted(KNOWN_BACK_EDGES - found)
+    assert not cut, f"cut already, drop from KNOWN_BACK_EDGES: {cut}"
+
+
+def test_the_root_package_is_imported_for_its_version_only() -> None:
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "mailout" and not node.level:
+                names = {a.name for a in node.names} - set(SUBPACKAGES)
+                assert names <= {"__version__"}, f"{module} imports {names} from mailout"
+
+
+def test_aliases_only_reexport_their_new_home() -> None:
+    for alias, home in ALIASES.items():
+        assert GRAPH[alias] == {home}, f"{alias} should import only {home}"
 
 
 def _reaches(start: str) -> set[str]:
@@ -145,6 +235,8 @@ def test_each_boundary_imports_only_what_it_may(boundary: str) -> None:
     assert members, f"no module {boundary}"
     forbidden = FORBIDDEN[boundary]
     for member in members:
+        if member in ALIASES:
+            continue
         for dep in _reaches(member):
             bad = [f for f in forbidden if dep == f or dep.startswith(f + ".")]
             assert not bad, f"{member} reaches {dep}, which {boundary} must not import"
@@ -174,7 +266,7 @@ def test_the_enqueue_path_stays_cheap() -> None:
                                 check=True).stdout.split())
     heavy = {"jinja2", "rich", "aiosmtplib", "click", "alembic", "prometheus_client",
              "mailout.worker", "mailout.transports", "mailout.cli", "mailout.metrics",
-             "mailout.render", "mailout.guards", "mailout.attempt"}
+             "mailout.message.render", "mailout.delivery.guards", "mailout.delivery.attempt"}
     assert not loaded & heavy
 
 
@@ -200,7 +292,7 @@ def test_core_never_imports_an_integration(integration: str) -> None:
         return module == package or module.startswith(package + ".")
 
     for module in GRAPH:
-        if any(inside(module, p) for p in INTEGRATIONS):
+        if any(inside(module, p) for p in INTEGRATIONS) or module in ALIASES:
             continue
         bad = [dep for dep in _reaches(module) if inside(dep, integration)]
         assert not bad, f"{module} reaches {bad[0]}: core must not import {integration}"

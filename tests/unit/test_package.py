@@ -54,3 +54,26 @@ def test_the_example_app_uses_only_the_public_api() -> None:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                 and node.value.id == "mailout":
             assert node.attr in mailout.__all__, f"mailout.{node.attr} is not public"
+
+
+def test_the_public_api_is_exactly_these_names() -> None:
+    """Moving modules inside the package changes none of what applications import."""
+    assert sorted(mailout.__all__) == [
+        "Attachment", "ConfigError", "EnqueueResult", "EnqueueSettings",
+        "IdempotencyConflict", "InvalidMessage", "Mailbox", "MailoutError", "Message",
+        "NotFound", "Outcome", "RenderError", "SchemaMissing", "Status", "__version__",
+        "count_messages", "enqueue", "enqueue_async", "enqueue_many", "enqueue_many_async",
+        "upgrade_database",
+    ]
+
+
+def test_documented_import_paths_that_moved_still_work() -> None:
+    """The Django view and fixtures moved under mailout.contrib.django; the paths the
+    docs gave before still import the same objects."""
+    from mailout.contrib.django import testing, webhooks
+    from mailout.testing import django as old_testing
+    from mailout.webhooks import django as old_webhooks
+
+    assert old_webhooks.webhook_view is webhooks.webhook_view
+    assert old_testing.outbox is testing.outbox
+    assert old_testing.DjangoOutbox is testing.DjangoOutbox

@@ -13,12 +13,12 @@ from typing import Any
 
 import click
 
-from mailout import addresses
 from mailout.cli import display
 from mailout.cli.common import LIMIT, WEBHOOKS_PORT
 from mailout.cli.terminal import one_line
-from mailout.events import Event, normalize_address
 from mailout.exceptions import InvalidMessage
+from mailout.feedback.events import Event, normalize_address
+from mailout.message import addresses
 
 log = logging.getLogger("mailout.cli")
 
@@ -105,8 +105,8 @@ def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_inv
     return path (MAILOUT_RETURN_PATH), and suppress addresses as webhooks do. For a
     Postfix pipe transport: ``mailout bounces ingest --skip-invalid -``.
     """
-    from mailout import dsn
-    from mailout.ingest import ingest
+    from mailout.feedback import dsn
+    from mailout.feedback.ingest import ingest
     from mailout.webhooks.settings import load_policy
 
     events: list[Event] = []
@@ -137,7 +137,7 @@ def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_inv
 
 
 def _inputs(files: tuple[str, ...], mbox: bool) -> list[tuple[str, bytes]]:
-    from mailout import dsn
+    from mailout.feedback import dsn
 
     out: list[tuple[str, bytes]] = []
     for name in files:
@@ -167,13 +167,13 @@ def _inputs(files: tuple[str, ...], mbox: bool) -> list[tuple[str, bytes]]:
 def events_cmd(obj: dict[str, Any], unmatched: bool, types: str | None,
                provider: str | None, limit: int, as_json: bool) -> None:
     """The newest events, and counts by provider, type and whether they matched."""
-    from mailout.db import events as event_sql
+    from mailout.db import delivery_events
 
     wanted = [t.strip() for t in (types or "").split(",") if t.strip()]
     with _engine(obj).connect() as conn:
-        rows = event_sql.list_events(conn, unmatched=unmatched, types=wanted,
-                                     provider=provider, limit=limit)
-        counts = event_sql.event_counts(conn)
+        rows = delivery_events.list_events(conn, unmatched=unmatched, types=wanted,
+                                           provider=provider, limit=limit)
+        counts = delivery_events.event_counts(conn)
     if as_json:
         click.echo(display.to_json({"events": rows, "counts": [
             {"provider": p, "type": t, "matched": m, "count": n} for p, t, m, n in counts]}))
@@ -226,10 +226,10 @@ def _address(raw: str) -> str:
 @click.pass_obj
 def suppress_list(obj: dict[str, Any], reason: str | None, limit: int, as_json: bool) -> None:
     """Suppressed addresses, newest first."""
-    from mailout.db import events as event_sql
+    from mailout.db import suppressions
 
     with _engine(obj).connect() as conn:
-        rows = event_sql.list_suppressions(conn, reason=reason, limit=limit)
+        rows = suppressions.list_suppressions(conn, reason=reason, limit=limit)
     if as_json:
         click.echo(display.to_json(rows))
         return
@@ -254,11 +254,11 @@ def suppress_list(obj: dict[str, Any], reason: str | None, limit: int, as_json: 
 def suppress_add(obj: dict[str, Any], address: str, reason: str, note: str | None,
                  actor: str | None) -> None:
     """Suppress ADDRESS: mail to it is cancelled at send time."""
-    from mailout.db import events as event_sql
+    from mailout.db import suppressions
 
     addr = _address(address)
     with _engine(obj).begin() as conn:
-        added = event_sql.suppress(conn, addr, reason[:32], detail=note, actor=_actor(actor))
+        added = suppressions.suppress(conn, addr, reason[:32], detail=note, actor=_actor(actor))
     click.echo(f"{addr} {'suppressed' if added else 'was already suppressed'}")
 
 
@@ -270,12 +270,12 @@ def suppress_add(obj: dict[str, Any], address: str, reason: str, note: str | Non
 @click.pass_obj
 def suppress_remove(obj: dict[str, Any], address: str, note: str, actor: str | None) -> None:
     """Remove ADDRESS from the list; who and why are logged (`suppress history`)."""
-    from mailout.db import events as event_sql
+    from mailout.db import suppressions
     from mailout.db.engine import immediate
 
     addr = _address(address)
     with immediate(_engine(obj)) as conn:  # reads, then deletes: SQLite's lock first
-        removed = event_sql.unsuppress(conn, addr, actor=_actor(actor), note=note)
+        removed = suppressions.unsuppress(conn, addr, actor=_actor(actor), note=note)
     if removed is None:
         raise click.ClickException(f"{addr} is not suppressed")
     click.echo(f"{addr} removed (was {one_line(removed.reason)} since "
@@ -288,11 +288,11 @@ def suppress_remove(obj: dict[str, Any], address: str, note: str, actor: str | N
 @click.pass_obj
 def suppress_check(obj: dict[str, Any], address: str, as_json: bool) -> None:
     """Is ADDRESS suppressed, since when and why? Exit 0 either way."""
-    from mailout.db import events as event_sql
+    from mailout.db import suppressions
 
     addr = _address(address)
     with _engine(obj).connect() as conn:
-        found = event_sql.get_suppression(conn, addr)
+        found = suppressions.get_suppression(conn, addr)
     if as_json:
         click.echo(display.to_json({"address": addr, "suppressed": found is not None,
                                     "entry": found}))
@@ -310,11 +310,11 @@ def suppress_check(obj: dict[str, Any], address: str, as_json: bool) -> None:
 @click.pass_obj
 def suppress_history(obj: dict[str, Any], address: str, as_json: bool) -> None:
     """Every addition and removal of ADDRESS, with who and why."""
-    from mailout.db import events as event_sql
+    from mailout.db import suppressions
 
     addr = _address(address)
     with _engine(obj).connect() as conn:
-        rows = event_sql.suppression_history(conn, addr)
+        rows = suppressions.suppression_history(conn, addr)
     if as_json:
         click.echo(display.to_json(rows))
         return

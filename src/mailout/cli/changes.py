@@ -20,7 +20,7 @@ from mailout.cli import audit as cli_audit
 from mailout.cli import common, display
 from mailout.cli.audit import REASON_HELP
 from mailout.cli.common import DEFAULT_WINDOW, PURGE_BATCH, ROW_ID, WINDOW_ENV
-from mailout.db import actions, admin, purging
+from mailout.db import actions, operator, purging
 from mailout.exceptions import ConfigError
 
 
@@ -34,7 +34,7 @@ def _confirm(question: str, yes: bool) -> None:
         raise click.ClickException("not confirmed: nothing changed")
 
 
-def _report(change: admin.Change, verb: str) -> None:
+def _report(change: operator.Change, verb: str) -> None:
     ids = ", ".join(map(str, change.changed)) or "none"
     click.echo(f"{verb} {len(change.changed)}: {ids}")
     if change.skipped:
@@ -67,7 +67,7 @@ def retry_cmd(obj: dict[str, Any], ids: tuple[int, ...], status: str | None,
     target = None
     if status:
         with engine.connect() as conn:
-            ids = tuple(admin.retryable_ids(conn, status, queue=queue, template=template))
+            ids = tuple(operator.retryable_ids(conn, status, queue=queue, template=template))
         if not ids:
             click.echo(f"no {status} messages match")
             return

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from mailout import db
 from mailout.db import migrate
 from mailout.db.engine import sqlite_file
-from mailout.policy import duration_seconds
+from mailout.delivery.policy import duration_seconds
 
 DB_HELP = "Database URL [env: MAILOUT_DATABASE_URL; default: sqlite:///mailout.db]"
 WINDOW_ENV = "MAILOUT_IDEMPOTENCY_WINDOW"
@@ -37,7 +37,7 @@ DEV_SINK_PORT = 2525  # mailout dev-sink (SMTP); also the default of its SMTP_PO
 
 
 def parse_span(text: str) -> timedelta:
-    """A span of time in :func:`mailout.policy.duration_seconds`'s grammar.
+    """A span of time in :func:`mailout.delivery.policy.duration_seconds`'s grammar.
 
     Raises ValueError for anything else, including a bare number: "30" could mean
     seconds or days, and guessing wrong here deletes data, and for a span over

@@ -30,11 +30,12 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from sqlalchemy import Column, Connection, Engine, Integer, MetaData, String, Table, insert
 
-from mailout import config, db
-from mailout.db import admin, leasing, migrate
+from mailout import db
+from mailout.db import leasing, migrate, operator
 from mailout.models import EnqueueResult
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.devsink import DevSink
+from mailout.worker import config
 from mailout.worker.build import build_worker
 
 TEMPLATES = ("order_confirmation", "password_reset", "invoice")
@@ -177,10 +178,10 @@ async def _send_all(settings: config.Settings, engine: Engine) -> None:
 def _summary(out: Console, engine: Engine, sink: DevSink, result: Enqueued,
              db_file: Path) -> None:
     eml = {d.message_id: d.path for d in sink.delivered}
-    rows: list[admin.MessageRecord] = []
+    rows: list[operator.MessageRecord] = []
     with engine.connect() as conn:
         for key in result.keys:
-            found = admin.find(conn, key)
+            found = operator.find(conn, key)
             if found is not None:
                 rows.append(found[0])
     out.print()
@@ -223,7 +224,7 @@ def command_name() -> str:
     return f"{shlex.quote(sys.executable)} -m mailout"
 
 
-def _next_steps(out: Console, db_file: Path, rows: list[admin.MessageRecord]) -> None:
+def _next_steps(out: Console, db_file: Path, rows: list[operator.MessageRecord]) -> None:
     base = f"{command_name()} --db sqlite:///{db_file}"
     first = rows[0] if rows else None
     out.print("\nWhat to run next:")

@@ -1,6 +1,6 @@
 """How operator records look: JSON documents and Rich tables for the CLI.
 
-JSON field names are the dataclass field names of :mod:`mailout.db.admin` records,
+JSON field names are the dataclass field names of :mod:`mailout.db.operator` records,
 times are ISO 8601 in UTC. Tables are for people: times to the millisecond in
 UTC, ages as ``3m 12s``. Nothing here shows a message's params or body, because
 the records never carry them.
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mailout.cli import terminal
-from mailout.db.admin import AttemptRecord, MessageRecord, StatusReport
 from mailout.db.audit import AuditEntry
+from mailout.db.operator import AttemptRecord, MessageRecord, StatusReport
 from mailout.db.outages import TransportTrouble
 from mailout.db.recipients import RecipientRecord
 

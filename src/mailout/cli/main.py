@@ -28,11 +28,11 @@ from mailout.cli.common import (
     EXIT_TRANSPORT_DOWN,
     LIMIT,
 )
-from mailout.db import admin, audit, migrate
+from mailout.db import audit, migrate, operator
+from mailout.delivery.policy import Lane
 from mailout.exceptions import InvalidMessage, MailoutError, NotFound
-from mailout.logs import configure_logging
 from mailout.models import Status
-from mailout.policy import Lane
+from mailout.support.logs import configure_logging
 
 # -- commands ----------------------------------------------------------------
 
@@ -110,7 +110,7 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
     Runs until SIGTERM/SIGINT, which stop claiming and let in-flight sends finish.
     Settings come from the environment (MAIL_FROM, SMTP_*, MAILOUT_*).
     """
-    from mailout import config
+    from mailout.worker import config
     from mailout.worker.build import run_worker
 
     if lanes and queues:
@@ -249,7 +249,7 @@ def status_cmd(obj: dict[str, Any], as_json: bool) -> None:
     from mailout.db import pauses
 
     with common.engine_for(obj).connect() as conn:
-        report = admin.status(conn)
+        report = operator.status(conn)
         paused = pauses.list_pauses(conn)
     if as_json:
         doc = display.jsonable(report)
@@ -280,20 +280,20 @@ def list_cmd(obj: dict[str, Any], statuses: str | None, queue: str | None,
     """List messages, newest first."""
     wanted = common.choose_statuses(statuses, "--status", allowed=Status) if statuses else []
     with common.engine_for(obj).connect() as conn:
-        rows = admin.list_messages(conn, statuses=wanted, queue=queue, template=template,
-                                     since=since, limit=limit)
+        rows = operator.list_messages(conn, statuses=wanted, queue=queue, template=template,
+                                      since=since, limit=limit)
     if as_json:
         click.echo(display.to_json(rows))
         return
     display.print_list(display.console(), rows)
 
 
-def _find(conn: Any, ref: str) -> tuple[admin.MessageRecord, str]:
+def _find(conn: Any, ref: str) -> tuple[operator.MessageRecord, str]:
     # Ids, keys, Message-IDs and provider ids are all printable ASCII.
     if not ref.strip() or not all(" " <= ch <= "~" for ch in ref):
         raise click.BadParameter(f"{ref!r} is not an id, key, Message-ID or provider id "
                                  "(those are printable ASCII)", param_hint="ID_OR_KEY")
-    found = admin.find(conn, ref)
+    found = operator.find(conn, ref)
     if found is None:
         raise NotFound(ref)
     return found
@@ -311,11 +311,11 @@ def show_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     the message (bounces, complaints, deliveries) follow the timeline.
     """
     from mailout.db import recipients
-    from mailout.db.events import events_for
+    from mailout.db.delivery_events import events_for
 
     with common.engine_for(obj).connect() as conn:
         msg, _how = _find(conn, ref)
-        log = admin.attempt_log(conn, msg.id)
+        log = operator.attempt_log(conn, msg.id)
         each = recipients.recipients(conn, msg.id)
         events = events_for(conn, msg.id)
         history = audit.for_message(conn, msg.id)
@@ -341,7 +341,7 @@ def trace_cmd(obj: dict[str, Any], ref: str, as_json: bool) -> None:
     finished times, and the delivery events (bounces, complaints...) linked to it.
     """
     from mailout.db import recipients
-    from mailout.db.events import events_for
+    from mailout.db.delivery_events import events_for
 
     with common.engine_for(obj).connect() as conn:
         msg, how = _find(conn, ref)
@@ -366,8 +366,8 @@ def check_cmd(obj: dict[str, Any]) -> None:
     connection, EHLO, STARTTLS and AUTH as configured. Nothing is sent. Exits 1,
     saying what is wrong, if anything is.
     """
-    from mailout import config
     from mailout.cli import preflight
+    from mailout.worker import config
 
     settings = config.load(database_url=obj["db_url"])
     results = [preflight.check_database(settings.database_url),

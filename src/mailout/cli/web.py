@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from mailout.cli.common import WEB_PORT
-from mailout.hosts import is_loopback
+from mailout.support.hosts import is_loopback
 
 
 @click.command("web")

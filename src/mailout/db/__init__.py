@@ -3,16 +3,18 @@
 Owns the schema (``schema``), engines (``engine``), migrations (``migrate`` and
 ``migrations/``), the enqueue INSERT (``inserts``), the worker's claims and leases
 (``leasing``; the rows a claim reads back are decoded in ``claimed``), its finished
-attempts (``outcomes``; MySQL's batch completions in ``json_table``), operator
-switches (``pauses``), operator reads and changes (``admin``), reports and gauges
-(``stats``), delivery events, suppressions and webhook nonces (``events``) and
-PostgreSQL LISTEN (``notifications``).
+attempts (``outcomes``; MySQL's batch completions in ``mysql_completions``), hot
+statements on the driver's cursor (``hot_statements``), operator switches
+(``pauses``), operator reads and changes (``operator``), reports and gauges
+(``stats``), one module per feedback table: delivery events (``delivery_events``),
+the suppression list (``suppressions``) and webhook replay nonces
+(``webhook_nonces``), and PostgreSQL LISTEN (``notifications``).
 Dialect differences are answered by the capability functions in ``dialects``; no
 caller outside this package asks which database it is talking to.
 
-May import: ``mailout.models``, ``mailout.exceptions``, ``mailout.timeutil``,
-``mailout.events`` (plain event records).
-Never imports the worker, the transports, the CLI or the metrics packages.
+May import: ``mailout.message``, ``mailout.support``, ``mailout.models``,
+``mailout.exceptions``. Never imports the transports (the same layer), nor delivery,
+feedback or anything above them (tests/unit/test_layering.py).
 
 The engine helpers are re-exported here (``db.make_engine``). The migration helpers
 are imported from ``mailout.db.migrate`` where needed, so the enqueue path never

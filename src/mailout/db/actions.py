@@ -1,7 +1,7 @@
 """Operator actions, each with its audit entry: the one implementation the CLI, the
 web console and any API share.
 
-Each function changes rows through :mod:`mailout.db.admin` (or the pause switches)
+Each function changes rows through :mod:`mailout.db.operator` (or the pause switches)
 and writes the :mod:`mailout.db.audit` entry in the caller's transaction, so an
 action and its entry commit or roll back together. ``actor`` says who acted
 (``"alice (cli)"``); ``reason`` says why and may be None; ``target`` describes
@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from sqlalchemy import Connection
 
-from mailout.db import admin, pauses
+from mailout.db import operator, pauses
 from mailout.db.audit import AuditAction, describe_ids, record
 
 
@@ -36,20 +36,20 @@ class PauseKind(enum.StrEnum):
 
 
 def retry(conn: Connection, ids: Iterable[int], *, actor: str, reason: str | None = None,
-          target: str | None = None) -> admin.Change:
-    """Requeue reviewed rows (see :func:`admin.requeue`) and log it."""
+          target: str | None = None) -> operator.Change:
+    """Requeue reviewed rows (see :func:`operator.requeue`) and log it."""
     wanted = sorted(set(ids))
-    change = admin.requeue(conn, wanted)
+    change = operator.requeue(conn, wanted)
     record(conn, actor=actor, action=AuditAction.RETRY, target=target or describe_ids(wanted),
            reason=reason, changed=change.changed, skipped=len(change.skipped))
     return change
 
 
 def cancel(conn: Connection, ids: Iterable[int], *, actor: str, reason: str | None = None,
-           target: str | None = None) -> admin.Change:
-    """Cancel pending rows (see :func:`admin.cancel`) and log it."""
+           target: str | None = None) -> operator.Change:
+    """Cancel pending rows (see :func:`operator.cancel`) and log it."""
     wanted = sorted(set(ids))
-    change = admin.cancel(conn, wanted)
+    change = operator.cancel(conn, wanted)
     record(conn, actor=actor, action=AuditAction.CANCEL, target=target or describe_ids(wanted),
            reason=reason, changed=change.changed, skipped=len(change.skipped))
     return change
@@ -57,17 +57,17 @@ def cancel(conn: Connection, ids: Iterable[int], *, actor: str, reason: str | No
 
 def resolve(conn: Connection, ids: Iterable[int], resolution: Resolution, *, actor: str,
             reason: str | None = None, provider_id: str | None = None,
-            target: str | None = None) -> admin.Change:
+            target: str | None = None) -> operator.Change:
     """Settle rows parked in ``unknown``: mark them sent (with the provider's id, if
     known) or requeue them. Rows in any other status are skipped. Logged."""
     wanted = sorted(set(ids))
     if resolution is Resolution.SENT:
-        done = admin.mark_sent(conn, wanted, provider_id)
+        done = operator.mark_sent(conn, wanted, provider_id)
         action = AuditAction.RESOLVE_SENT
     else:
-        done = admin.requeue(conn, admin.unknown_ids(conn, wanted)).changed
+        done = operator.requeue(conn, operator.unknown_ids(conn, wanted)).changed
         action = AuditAction.RESOLVE_RETRY
-    change = admin.Change(sorted(done), admin.skipped_statuses(conn, wanted, done))
+    change = operator.Change(sorted(done), operator.skipped_statuses(conn, wanted, done))
     record(conn, actor=actor, action=action, target=target or describe_ids(wanted),
            reason=reason, changed=change.changed, skipped=len(change.skipped))
     return change

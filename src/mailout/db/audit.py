@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, insert, select
 
 from mailout.db.schema import audit, audit_messages, db_now
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 ACTOR_MAX = 200
 TARGET_MAX = 500

@@ -4,7 +4,7 @@ selection behind bulk actions, and the one read that returns a message's content
 Pages are cut by id (``id < cursor ORDER BY id DESC LIMIT n``), never by OFFSET:
 with the ``(status, id)``, ``(queue, id)``, ``(template, id)`` and
 ``(recipient, id)`` indexes every page costs the same, the 500th as the first.
-Like :mod:`mailout.db.admin`, every function runs in the caller's transaction and
+Like :mod:`mailout.db.operator`, every function runs in the caller's transaction and
 list records carry no params or body; only :func:`renderable` reads content, for
 a console that renders a message for a person allowed to see it.
 """
@@ -20,11 +20,11 @@ from sqlalchemy import Connection, and_, exists, func, or_, select, text
 from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import attachments
-from mailout.db.admin import MessageRecord, record_from_row, summary_select
 from mailout.db.claimed import stored_addresses
+from mailout.db.operator import MessageRecord, record_from_row, summary_select
 from mailout.db.schema import messages
 from mailout.models import ClaimedMessage, Status
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 MAX_PAGE = 500
 

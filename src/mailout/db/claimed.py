@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert
 
 from mailout.db.schema import attempts, db_now, messages
 from mailout.models import ClaimedMessage, Mailbox, Outcome, Status
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 ABANDONED_DETAIL = "lease expired before the attempt finished"
 

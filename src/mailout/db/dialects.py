@@ -62,7 +62,7 @@ def writes_batches_as_json(bind: Bind) -> bool:
 
 def completes_batches_in_json_table(bind: Bind) -> bool:
     """Can a batch of completions be one UPDATE joined to ``JSON_TABLE`` (MySQL 8,
-    MariaDB 10.6+)? See :mod:`mailout.db.json_table`."""
+    MariaDB 10.6+)? See :mod:`mailout.db.mysql_completions`."""
     return name_of(bind) == MYSQL
 
 

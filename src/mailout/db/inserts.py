@@ -26,7 +26,7 @@ from sqlalchemy import (
     text,
 )
 
-from mailout.db import dialects, direct
+from mailout.db import dialects, hot_statements
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
 from mailout.exceptions import InvalidMessage
 from mailout.models import Status
@@ -93,9 +93,9 @@ def insert_messages(conn: Connection, rows: Sequence[Mapping[str, Any]],
 
 def _insert_one(conn: Connection, row: Mapping[str, Any], notify: bool) -> dict[str, Stored]:
     """PostgreSQL, one row: :data:`_ONE_PG` (with the NOTIFY riding in it), through
-    :func:`mailout.db.direct.fetch`; a key already present is read back."""
+    :func:`mailout.db.hot_statements.fetch`; a key already present is read back."""
     key = row["idempotency_key"]
-    found = direct.fetch(conn, _ONE_NOTIFY_PG if notify else _ONE_PG, _one_row(row))
+    found = hot_statements.fetch(conn, _ONE_NOTIFY_PG if notify else _ONE_PG, _one_row(row))
     if found:
         rid, _, mid = found[0]
         return {key: Stored(rid, mid, True, row)}
@@ -217,7 +217,7 @@ def _one_value(name: str) -> str:
 
 # One row as a plain INSERT ... VALUES: what _INSERT_PG does for a batch, without
 # building and parsing a JSON document and a recordset for a single row. Typed result
-# columns let SQLAlchemy (when it runs it, see mailout.db.direct) cache the result's
+# columns let SQLAlchemy (when it runs it, see mailout.db.hot_statements) cache the result's
 # metadata with the statement.
 _ONE_PG_SQL = f"""
 INSERT INTO {messages.name} ({", ".join(_LITERAL_COLUMNS)}, status, created_at,

@@ -5,7 +5,7 @@ transaction the caller holds; the caller decides where transactions begin and en
 The rows a claim reads back become ClaimedMessage records in :mod:`mailout.db.claimed`.
 Finished attempts are written by :mod:`mailout.db.outcomes`, new rows by
 :mod:`mailout.db.inserts`; operator queries (status, list, trace, requeue, purge) live
-in :mod:`mailout.db.admin`.
+in :mod:`mailout.db.operator`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.sql.elements import ColumnElement
 
-from mailout.db import dialects, direct
+from mailout.db import dialects, hot_statements
 from mailout.db.claimed import ABANDONED_DETAIL, CLAIMED_COLUMNS, SENDING, claimed_rows
 from mailout.db.dialects import MYSQL
 from mailout.db.schema import (
@@ -50,7 +50,7 @@ from mailout.db.schema import (
     suppressions,
 )
 from mailout.models import ClaimedMessage, Outcome, Status
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 
 def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
@@ -67,7 +67,7 @@ def _filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     (ARRAY[...])`` and ``NOT IN`` as ``<> ALL (ARRAY[...])``, which is what PostgreSQL
     parses such lists into (the same plans), with one bind per value fixed when the
     statement is built: SQLAlchemy's IN lists are expanded each time the statement runs,
-    which keeps the claim off the driver's cursor (mailout.db.direct). A single value is
+    which keeps the claim off the driver's cursor (mailout.db.hot_statements). A single value is
     an equality, as PostgreSQL parses ``IN (x)``: only then can a one-queue lane's claim
     read its queue's claim index in claim order and stop after LIMIT rows (an index scan
     on ``= ANY`` returns rows out of order before PostgreSQL 17, so that claim sorted
@@ -204,7 +204,7 @@ def claim(
         # One fetch for the batch, on the driver's cursor when nothing observes it. The
         # statement logs the abandoned attempts itself: it is the whole claim, so the
         # caller may run it in autocommit (see claims_alone).
-        rows = direct.fetch_mappings(conn, stmt, params)
+        rows = hot_statements.fetch_mappings(conn, stmt, params)
         return claimed_rows(conn, rows, logged=True)
     # MySQL and SQLite: read the due rows (one index read per branch), then lease them.
     extra = _expired_filter(expired_only)

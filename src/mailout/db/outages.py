@@ -25,7 +25,7 @@ from sqlalchemy import Connection, func, select
 
 from mailout.db.schema import attempts
 from mailout.models import Outcome
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 _TROUBLE = (Outcome.OUTAGE, Outcome.PAUSED)
 _ANSWERED = (Outcome.SENT, Outcome.FAILED)

@@ -31,7 +31,7 @@ from sqlalchemy import (
     update,
 )
 
-from mailout.db import dialects, direct, json_table
+from mailout.db import dialects, hot_statements, mysql_completions
 from mailout.db.leasing import in_set_order
 from mailout.db.schema import (
     REPLY_TEXT_MAX,
@@ -53,7 +53,7 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     row another worker has since claimed) cannot overwrite the newer attempt. Its
     attempt is still logged, because it happened; only the row is left alone.
     On PostgreSQL the whole batch is one statement (one round trip); on MySQL a
-    batch without unknown outcomes is two (:mod:`mailout.db.json_table`).
+    batch without unknown outcomes is two (:mod:`mailout.db.mysql_completions`).
     """
     batch = list(completions)
     if not batch:
@@ -63,10 +63,10 @@ def complete(conn: Connection, completions: Iterable[Completion]) -> list[int]:
     _log_recipients(conn, batch)
     if dialects.writes_batches_as_json(conn) and len(set(ids)) == len(ids):
         param = json.dumps(rows, ensure_ascii=False, default=json_default)
-        done = {row[0] for row in direct.fetch(conn, _COMPLETE_PG, {"batch": param})}
+        done = {row[0] for row in hot_statements.fetch(conn, _COMPLETE_PG, {"batch": param})}
         return [i for i in ids if i not in done]
-    if dialects.completes_batches_in_json_table(conn) and json_table.fits(rows):
-        fenced = json_table.complete(conn, rows)
+    if dialects.completes_batches_in_json_table(conn) and mysql_completions.fits(rows):
+        fenced = mysql_completions.complete(conn, rows)
         log = [{**_attempt_row(c, fenced=c.id in fenced), "finished_at": db_now()}
                for c in batch if c.logged]
         if log:  # one multi-row INSERT: the driver would send an executemany row by row

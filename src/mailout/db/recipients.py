@@ -1,6 +1,6 @@
 """Per-recipient outcomes of messages to several recipients, for operators.
 
-Like :mod:`mailout.db.admin`, every function runs in the caller's transaction and
+Like :mod:`mailout.db.operator`, every function runs in the caller's transaction and
 never returns a message's params or body.
 """
 

@@ -62,7 +62,7 @@ Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresq
 class _UtcDatetime(TypeDecorator[datetime]):
     """MySQL's DATETIME(6) holding UTC. The driver would write an aware value's
     digits and drop its zone, so it is converted to UTC first; values come back
-    naive UTC, as from SQLite (``mailout.timeutil.aware`` reads them)."""
+    naive UTC, as from SQLite (``mailout.support.timeutil.aware`` reads them)."""
 
     impl = MYSQL_DATETIME(fsp=6)
     cache_ok = True
@@ -295,7 +295,7 @@ pauses = Table(
 )
 
 # Delivery events reported by providers (webhooks) or by mail (DSN, ARF); see
-# mailout.events. An event that matches no outbox row is kept with outbox_id NULL.
+# mailout.feedback.events. An event that matches no outbox row is kept with outbox_id NULL.
 EVENT_TYPES = ("delivered", "bounced", "deferred", "complained", "unsubscribed", "rejected")
 _EVENT_TYPES = ", ".join(f"'{t}'" for t in EVENT_TYPES)
 
@@ -315,7 +315,7 @@ events = Table(
     Column("occurred_at", Timestamp, nullable=False),  # when the provider says it happened
     Column("received_at", Timestamp, nullable=False),
     Column("diagnostic", String(1000)),
-    Column("payload", Text),  # the provider's record, capped (mailout.events.PAYLOAD_MAX_BYTES)
+    Column("payload", Text),  # the provider's record, capped (feedback.events.PAYLOAD_MAX_BYTES)
     CheckConstraint(f"type IN ({_EVENT_TYPES})", name="type"),
     Index("ux_mailout_events_provider_event", "provider", "provider_event_id", unique=True),
     Index("ix_mailout_events_outbox_id", "outbox_id"),

@@ -19,7 +19,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from mailout.db.schema import attempts, db_now
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 
 class epoch_seconds(FunctionElement[Any]):

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, Connection, case, func, literal_column, select
 
 from mailout.db import dialects
-from mailout.db.events import per_template
+from mailout.db.delivery_events import per_template
 from mailout.db.schema import db_now, messages
 from mailout.models import Status
-from mailout.timeutil import aware
+from mailout.support.timeutil import aware
 
 
 @dataclass

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Engine
 
-from mailout.alerts import Alerts
 from mailout.db import stats
 from mailout.models import Status
+from mailout.support.alerts import Alerts
 
 log = logging.getLogger("mailout.metrics.prometheus")
 

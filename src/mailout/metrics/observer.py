@@ -12,9 +12,9 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from mailout.alerts import Alerts
+from mailout.delivery.policy import Lane
 from mailout.models import ClaimedMessage, Completion
-from mailout.policy import Lane
+from mailout.support.alerts import Alerts
 
 
 class Observer(Protocol):

@@ -4,11 +4,11 @@
 delivers it with an in-process worker over the memory transport (``deliver_all``),
 returning the rendered messages. Fixtures: ``pytest_plugins = ["mailout.testing.plugin"]``
 (an ``outbox`` over a migrated SQLite file, or over your ``mailout_database_url``), or
-``["mailout.testing.django"]`` for a Django project (pytest-django).
+``["mailout.contrib.django.testing"]`` for a Django project (pytest-django; ``django``
+here only re-exports it, for the import path documented before).
 
 May import any of mailout (the worker, the memory transport, ``mailout.db``,
-``mailout.config``, ``mailout.contrib.django`` for the Django flavour) and pytest;
-nothing of mailout's own imports this package.
+``mailout.worker.config``) and pytest; nothing of mailout's own imports this package.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from mailout import config
 from mailout.db.schema import messages
 from mailout.transports.base import Envelope
 from mailout.transports.memory import MemoryTransport
+from mailout.worker import config
 from mailout.worker.build import build_worker
 
 DEFAULT_MAIL_FROM = "Tests <tests@example.com>"

@@ -6,6 +6,7 @@ Each transport maps its own replies to a provider-neutral ``SendResult``: nothin
 outside this package parses SMTP text or an HTTP body. ``url`` builds a transport
 from a ``MAILOUT_TRANSPORT`` URL.
 
-May import: ``mailout.models``, ``mailout.exceptions``, ``mailout.mime``.
-Never imports the database, the worker, the CLI or the metrics packages.
+May import: ``mailout.message``, ``mailout.support``, ``mailout.models``,
+``mailout.exceptions``. Never imports the database (the same layer), delivery,
+feedback or anything above them (tests/unit/test_layering.py).
 """

@@ -14,7 +14,7 @@ worker's own breaker paces further sends.
 
 Each result names the member that answered (``SendResult.transport``), for the
 attempt log and the metrics. :meth:`MultiTransport.route` pins a send to the member
-that had an earlier unknown attempt (see ``mailout.attempt``).
+that had an earlier unknown attempt (see ``mailout.delivery.attempt``).
 
 Member health lives in each transport instance (one per lane): it is about *this*
 process reaching *that* provider.

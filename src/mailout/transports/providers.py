@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from mailout import envparse
 from mailout.exceptions import ConfigError
-from mailout.hosts import is_loopback
+from mailout.support import envparse
+from mailout.support.hosts import is_loopback
 
 if TYPE_CHECKING:
     from mailout.transports.http import Provider

@@ -21,7 +21,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from mailout.render import Renderer
+from mailout.message.render import Renderer
 from mailout.web.auth import CSRF_FIELD, Gate, Identity, csrf_ok, csrf_token
 from mailout.web.settings import WebSettings
 

@@ -1,5 +1,5 @@
 """Rendering a message for a person to look at: the stored row or a template
-preview, through :class:`mailout.render.Renderer` (the worker's own renderer),
+preview, through :class:`mailout.message.render.Renderer` (the worker's own renderer),
 then read back from the wire bytes, so what is shown is what would be sent.
 
 Also the template previews: ``<template>/preview.json`` maps a sample name
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from mailout.exceptions import RenderError
+from mailout.message.render import Renderer
+from mailout.message.templates import template_exists, validate_locale, validate_template_name
 from mailout.models import ClaimedMessage
-from mailout.render import Renderer
-from mailout.templates import template_exists, validate_locale, validate_template_name
 from mailout.web.settings import WebSettings
 
 PREVIEW_FILE = "preview.json"

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from mailout import db
-from mailout.db import actions, admin, browse
+from mailout.db import actions, browse, operator
 from mailout.db.actions import PauseKind, Resolution
 from mailout.db.audit import describe_ids
 from mailout.models import Status
@@ -43,7 +43,7 @@ class Act(enum.StrEnum):
 
 
 # The statuses each message action can change; other rows are skipped.
-ACTS_ON = {Act.RETRY: admin.RETRYABLE, Act.CANCEL: frozenset({Status.PENDING}),
+ACTS_ON = {Act.RETRY: operator.RETRYABLE, Act.CANCEL: frozenset({Status.PENDING}),
            Act.RESOLVE_SENT: frozenset({Status.UNKNOWN}),
            Act.RESOLVE_RETRY: frozenset({Status.UNKNOWN})}
 TITLES = {Act.RETRY: "Retry", Act.CANCEL: "Cancel", Act.RESOLVE_SENT: "Resolve as sent",

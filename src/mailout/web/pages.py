@@ -15,10 +15,10 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mailout.db import admin, audit, browse, outages, pauses, series
-from mailout.db.events import events_for
+from mailout.db import audit, browse, operator, outages, pauses, series
+from mailout.db.delivery_events import events_for
+from mailout.message.templates import template_exists
 from mailout.models import Status
-from mailout.templates import template_exists
 from mailout.web import filters, mailview
 from mailout.web.auth import Identity
 from mailout.web.console import Console
@@ -30,7 +30,7 @@ PAGE_SIZE = 50
 
 def overview(c: Console, request: Request, me: Identity, _form: FormData | None) -> Response:
     with c.engine.connect() as conn:
-        report = admin.status(conn)
+        report = operator.status(conn)
         switches = pauses.list_pauses(conn)
         hour = series.activity(conn, CHART_OUTCOMES, span=timedelta(hours=1), buckets=12)
         day = series.activity(conn, CHART_OUTCOMES, span=timedelta(days=1), buckets=24)
@@ -65,11 +65,11 @@ def _message_id(request: Request) -> int:
 def message(c: Console, request: Request, me: Identity, _form: FormData | None) -> Response:
     rid = _message_id(request)
     with c.engine.connect() as conn:
-        found = admin.find(conn, str(rid))
+        found = operator.find(conn, str(rid))
         if found is None:
             return c.problem(request, me, 404, f"No message {rid}.")
         msg, _how = found
-        attempts = admin.attempt_log(conn, rid)
+        attempts = operator.attempt_log(conn, rid)
         history = audit.for_message(conn, rid)
         events = events_for(conn, rid)
         content = browse.renderable(conn, rid) if me.sees_personal else None

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 import jinja2
 
-from mailout.logs import mask_address, redact_addresses
+from mailout.support.logs import mask_address, redact_addresses
 
 # C0 controls but tab and newline, DEL, C1 controls, and the Unicode bidi controls
 # and line/paragraph separators that reorder or break text without showing.

@@ -23,7 +23,7 @@ READONLY_RECIPIENTS_ENV = "MAILOUT_WEB_READONLY_RECIPIENTS"
 SECURE_COOKIE_ENV = "MAILOUT_WEB_SECURE_COOKIE"
 MIN_TOKEN = 16  # characters: a token is the whole of the authentication
 SESSION_SECONDS = 8 * 3600
-# The worker's settings of the same names (see mailout.config), read here without
+# The worker's settings of the same names (see mailout.worker.config), read here without
 # importing the worker's configuration (and with it every transport).
 MAIL_FROM_ENV = "MAIL_FROM"
 TEMPLATES_ENV = "MAILOUT_TEMPLATES"

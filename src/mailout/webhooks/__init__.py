@@ -1,14 +1,15 @@
 """Webhook receivers: provider event callbacks in, provider-neutral events out.
 
 Owns the receiver contract (``base``: verify a request, parse it into
-:class:`mailout.events.Event` records), one receiver per provider (``resend``,
+:class:`mailout.feedback.events.Event` records), one receiver per provider (``resend``,
 ``postmark``, ``ses``, ``sendgrid``, ``mailgun``, ``brevo``), their settings
 (``settings``), the framework-neutral request handler (``handler``), the ASGI app
 (``app``, Starlette: mountable in FastAPI or Starlette, served by
-``mailout webhooks serve``) and a Django view (``django``, importable without Django
-installed until it is called).
+``mailout webhooks serve``). The Django view is :mod:`mailout.contrib.django.webhooks`
+(``django`` here only re-exports it, for the import path documented before).
 
-May import: ``mailout.events``, ``mailout.ingest``, ``mailout.db``, ``mailout.alerts``,
-``mailout.exceptions``, ``mailout.policy``. Never imports the worker, the transports
-or the CLI.
+May import: ``mailout.feedback``, ``mailout.delivery.policy``, ``mailout.db``,
+``mailout.message``, ``mailout.support``, ``mailout.models``, ``mailout.exceptions``.
+Never imports the worker, the transports, the metrics or an entry point
+(tests/unit/test_layering.py).
 """

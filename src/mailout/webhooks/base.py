@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mailout.events import Event, Provider
 from mailout.exceptions import MailoutError
+from mailout.feedback.events import Event, Provider
 
 # Error codes, the ``error`` field of a refusal's JSON body.
 BAD_SIGNATURE = "bad_signature"  # 401: the signature or credentials do not verify

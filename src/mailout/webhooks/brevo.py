@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailout.dsn import provider_bounce_kind
-from mailout.events import (
+from mailout.feedback.dsn import provider_bounce_kind
+from mailout.feedback.events import (
     BounceKind,
     Event,
     EventType,

@@ -22,11 +22,11 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from mailout.alerts import Alerts
-from mailout.db import events as event_sql
 from mailout.db.engine import immediate
-from mailout.ingest import Replayed, Result, ingest
-from mailout.ingest_alerts import RateMonitor
+from mailout.db.webhook_nonces import prune_nonces
+from mailout.feedback.ingest import Replayed, Result, ingest
+from mailout.feedback.rate_alert import RateMonitor
+from mailout.support.alerts import Alerts
 from mailout.webhooks import base
 from mailout.webhooks.base import Receiver, Request, WebhookError
 from mailout.webhooks.settings import WebhookSettings
@@ -166,7 +166,7 @@ class WebhookHandler:
                 self._pruned_at = now
                 keep = 2 * max(self.settings.tolerance, self.settings.sns_tolerance)
                 with self.engine.begin() as conn:
-                    event_sql.prune_nonces(conn, keep)
+                    prune_nonces(conn, keep)
             except SQLAlchemyError as exc:
                 log.warning("webhooks: pruning old nonces failed (%s)", type(exc).__name__)
             finally:

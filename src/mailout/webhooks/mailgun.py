@@ -14,8 +14,8 @@ import hashlib
 import hmac
 from typing import Any
 
-from mailout.dsn import provider_bounce_kind
-from mailout.events import (
+from mailout.feedback.dsn import provider_bounce_kind
+from mailout.feedback.events import (
     BounceKind,
     Event,
     EventType,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailout.events import (
+from mailout.feedback.events import (
     BounceKind,
     Event,
     EventType,

@@ -16,7 +16,7 @@ import hashlib
 import hmac
 from typing import Any
 
-from mailout.events import (
+from mailout.feedback.events import (
     BounceKind,
     Event,
     EventType,

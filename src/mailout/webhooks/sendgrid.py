@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from mailout.dsn import provider_bounce_kind
-from mailout.events import (
+from mailout.exceptions import ConfigError
+from mailout.feedback.dsn import provider_bounce_kind
+from mailout.feedback.events import (
     BounceKind,
     Event,
     EventType,
@@ -34,7 +35,6 @@ from mailout.events import (
     normalize_message_id,
     payload_text,
 )
-from mailout.exceptions import ConfigError
 from mailout.webhooks.base import (
     UNKNOWN_EVENT,
     Parsed,

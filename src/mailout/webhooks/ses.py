@@ -46,8 +46,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from mailout.dsn import provider_bounce_kind
-from mailout.events import (
+from mailout.feedback.dsn import provider_bounce_kind
+from mailout.feedback.events import (
     BounceKind,
     Event,
     EventType,

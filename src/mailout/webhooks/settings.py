@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from mailout.delivery.policy import setting_seconds
 from mailout.exceptions import ConfigError
-from mailout.ingest import (
+from mailout.feedback.ingest import (
     DEFAULT_SOFT_BOUNCE_LIMIT,
     DEFAULT_SOFT_BOUNCE_WINDOW,
     Policy,
     ReturnPath,
 )
-from mailout.policy import setting_seconds
 
 DEFAULT_TOLERANCE = 300.0  # seconds a signature timestamp may be off, either way
 DEFAULT_SNS_TOLERANCE = 3600.0  # SNS signs at publish time and retries the same copy

@@ -8,22 +8,23 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Engine
 
-from mailout import attempt, db
-from mailout.alerts import AlertCallback, Alerts
-from mailout.config import EventLoop, Settings
+from mailout import db
 from mailout.db import dialects, migrate
+from mailout.delivery import attempt
+from mailout.delivery.guards import Guards, load_registry, parse_domains
 from mailout.exceptions import ConfigError
-from mailout.guards import Guards, load_registry, parse_domains
-from mailout.logs import SendLog
+from mailout.message.render import Renderer
+from mailout.message.templates import known_schemas
 from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
-from mailout.render import Renderer
-from mailout.templates import known_schemas
+from mailout.support.alerts import AlertCallback, Alerts
+from mailout.support.logs import SendLog
 from mailout.transports.base import Transport
 from mailout.transports.multi import MultiTransport
 from mailout.transports.url import KEEP_HEADER
 from mailout.worker.attachments import AttachmentLoader
+from mailout.worker.config import EventLoop, Settings
 from mailout.worker.options import Options
 from mailout.worker.runtime import Worker, make_rng, worker_name
 

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout import attempt, db
+from mailout import db
 from mailout.db import dialects, leasing
+from mailout.delivery import attempt
+from mailout.delivery.policy import Lane
 from mailout.metrics.observer import Observer
 from mailout.models import ClaimedMessage, Completion
-from mailout.policy import Lane
 from mailout.worker.breaker import Breakers
 from mailout.worker.completions import CompletionWriter
 from mailout.worker.operator_pauses import PauseCache

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """How one worker runs; see :mod:`mailout.config` for the matching settings."""
+    """How one worker runs; see :mod:`mailout.worker.config` for the matching settings."""
 
     lease_seconds: float = 120.0
     poll_seconds: float = 1.0

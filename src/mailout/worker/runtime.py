@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout import attempt
-from mailout.alerts import Alert, Alerts
 from mailout.db import dialects, leasing, notifications
-from mailout.logs import SUMMARY_SECONDS, SendLog
+from mailout.delivery import attempt
+from mailout.delivery.policy import Lane
 from mailout.metrics.observer import NullObserver, Observer
 from mailout.models import Completion, Contact, Outcome, Status
-from mailout.policy import Lane
+from mailout.support.alerts import Alert, Alerts
+from mailout.support.logs import SUMMARY_SECONDS, SendLog
 from mailout.worker.breaker import Breakers, Trip
 from mailout.worker.completions import CompletionWriter
 from mailout.worker.lane import DB_RETRY_CAP, LaneDeps, LaneRunner

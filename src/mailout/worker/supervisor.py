@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
-from mailout.policy import Lane
+from mailout.delivery.policy import Lane
 
 log = logging.getLogger("mailout.worker.runtime")
 

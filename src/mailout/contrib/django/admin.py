@@ -33,8 +33,7 @@ from django.utils.html import format_html_join
 
 from mailout.contrib.django.connection import borrowed_connection, run_borrowed
 from mailout.contrib.django.models import Attempt, Message
-from mailout.db import actions, audit
-from mailout.db import admin as operator
+from mailout.db import actions, audit, operator
 
 ACT_PERMISSION = "mailout.act_on_message"
 Run = Callable[..., operator.Change]

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from mailout import envparse
 from mailout.exceptions import ConfigError
-from mailout.hosts import is_loopback
+from mailout.support import envparse
+from mailout.support.hosts import is_loopback
 
 IMPLICIT_TLS_PORT: Final = 465
 DEFAULT_PORT: Final = 587

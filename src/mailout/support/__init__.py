@@ -1,0 +1,10 @@
+"""Small helpers every layer above shares, none of them about e-mail itself.
+
+Owns database times made comparable (``timeutil``), the parsers every setting uses
+(``envparse``), which hosts are loopback (``hosts``), text and JSON logs with
+recipients masked (``logs``) and alert delivery: callback and webhook, off the event
+loop (``alerts``).
+
+May import: ``mailout.models`` and ``mailout.exceptions`` only
+(tests/unit/test_layering.py).
+"""

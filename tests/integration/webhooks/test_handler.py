@@ -1,0 +1,148 @@
+"""The webhook handler over real HTTP (uvicorn), storing into SQLite and PostgreSQL:
+what it does with events whatever the provider. An event that matches no row is kept
+and counted; soft bounces suppress only after the limit; complaints and unsubscribes
+suppress, deliveries do not; bad input gets a clear 4xx and stores nothing;
+concurrent copies of one event store it once. Each provider's own receiver is
+checked in its test file (``test_<provider>.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from mailout.db import delivery_events
+from tests.integration.webhooks.receiving import Hook, sent_row, stored, suppressed
+from tests.integration.webhooks.test_resend import RESEND
+from tests.support import webhooks as w
+
+
+def test_an_event_that_matches_no_row_is_kept_and_counted(hook: Hook) -> None:
+    status, body = hook.post("resend", RESEND.bounce("who@example.com", "pid-x", "<x@y>"))
+    assert (status, body["stored"], body["matched"], body["unmatched"]) == (200, 1, 0, 1)
+    [event] = stored(hook.engine)
+    assert event["outbox_id"] is None
+    with hook.engine.connect() as conn:
+        assert ("resend", "bounced", False, 1) in delivery_events.event_counts(conn)
+    metrics = _get(f"{hook.server.url}/metrics")
+    assert 'mailout_events_total{matched="no",provider="resend",type="bounced"} 1.0' in metrics
+
+
+def test_soft_bounces_suppress_only_after_the_limit(hook: Hook) -> None:
+    _row, pid, _mid = sent_row(hook.engine, "full@example.com")
+    for n in range(1, 4):
+        doc = w.resend_event("email.bounced", "full@example.com", pid,
+                             bounce={"type": "Transient", "message": "452 4.2.2 full"})
+        status, body = hook.post("resend", w.resend_request(doc))
+        assert (status, body["suppressed"]) == (200, 1 if n == 3 else 0)
+    assert suppressed(hook.engine) == {"full@example.com": "soft_bounces"}
+
+
+def test_complaints_and_unsubscribes_suppress_deliveries_do_not(hook: Hook) -> None:
+    _row, pid, _mid = sent_row(hook.engine, "c@example.com")
+    for kind in ("email.delivered", "email.delivery_delayed"):
+        hook.post("resend", w.resend_request(w.resend_event(kind, "c@example.com", pid)))
+    assert suppressed(hook.engine) == {}
+    hook.post("resend", w.resend_request(w.resend_event("email.complained", "c@example.com",
+                                                        pid)))
+    unsub = json.dumps({"RecordType": "SubscriptionChange", "MessageID": pid,
+                        "Recipient": "u@example.com", "ChangedAt": "2025-01-20T10:00:00Z",
+                        "SuppressSending": True, "SuppressionReason": "ManualSuppression"})
+    assert hook.post("postmark", (unsub.encode(), w.basic(w.POSTMARK_AUTH)))[0] == 200
+    assert suppressed(hook.engine) == {"c@example.com": "complaint",
+                                       "u@example.com": "unsubscribe"}
+    assert [e["type"] for e in stored(hook.engine)] == [
+        "delivered", "deferred", "complained", "unsubscribed"]
+
+
+def test_ignored_kinds_are_acknowledged_and_not_stored(hook: Hook) -> None:
+    status, body = hook.post("resend", w.resend_request(
+        w.resend_event("email.opened", "o@example.com", "pid")))
+    assert (status, body["ignored"], body["stored"]) == (200, 1, 0)
+    assert stored(hook.engine) == []
+
+
+def test_bad_input_gets_a_clear_4xx_and_nothing_is_stored(hook: Hook,
+                                                         sendgrid_keys: w.SendgridKeys) -> None:
+    big = b'{"type": "email.bounced", "pad": "' + b"x" * (70 * 1024) + b'"}'
+    status, body = w.post(f"{hook.server.url}/postmark", big, w.basic(w.POSTMARK_AUTH))
+    assert (status, body["error"]) == (413, "too_large")
+    status, body = hook.post("resend", _signed_raw(b"{not json"))
+    assert (status, body["error"]) == (400, "invalid_json")
+    status, body = hook.post("resend", w.resend_request(
+        w.resend_event("email.teleported", "t@example.com", "pid")))
+    assert (status, body["error"]) == (400, "unknown_event_type")
+    bad = json.dumps([{"event": "exploded", "email": "e@example.com", "timestamp": 1,
+                       "sg_event_id": "x"}]).encode()
+    status, body = hook.post("sendgrid", (bad, sendgrid_keys.sign(bad)))
+    assert (status, body["error"]) == (400, "unknown_event_type")
+    status, body = hook.post("postmark", (b'{"RecordType": "Bounce"}', w.basic(w.POSTMARK_AUTH)))
+    assert status == 400
+    assert "Type" in body["reason"] or "Email" in body["reason"] or "BouncedAt" in body["reason"]
+    status, body = w.post(f"{hook.server.url}/resend", b"{}", {})
+    assert (status, body["error"]) == (401, "missing_auth")
+    status, body = w.post(f"{hook.server.url}/nonesuch", b"{}", {})
+    assert status == 404
+    assert stored(hook.engine) == []
+
+
+def _signed_raw(body: bytes) -> tuple[bytes, dict[str, str]]:
+    from datetime import UTC, datetime
+
+    from svix.webhooks import Webhook
+
+    now = datetime.now(UTC)
+    msg_id = f"msg_{uuid.uuid4().hex[:20]}"
+    return body, {"svix-id": msg_id, "svix-timestamp": str(int(now.timestamp())),
+                  "svix-signature": Webhook(w.RESEND_SECRET).sign(msg_id, now, body.decode())}
+
+
+def _get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_return_path_links_only_for_the_rows_own_recipient(engine: Engine) -> None:
+    from mailout.feedback import dsn
+    from mailout.feedback.ingest import Policy, ReturnPath, ingest
+
+    row_id, _pid, _mid = sent_row(engine, "nobody@gmail.example")
+    raw = (Path(__file__).resolve().parents[2] / "fixtures" / "dsn" / "postfix_hard.eml"
+           ).read_bytes()
+    raw = raw.replace(b"bounces+41@", f"bounces+{row_id}@".encode())
+    raw = raw.replace(b"<c0ffee00c0ffee00c0ffee00c0ffee41@shop.example>", b"<unknown@x>")
+    policy = Policy(return_path=ReturnPath("bounces+{id}@shop.example"))
+    with engine.begin() as conn:
+        result = ingest(conn, dsn.parse(raw), policy)
+    assert (result.stored, result.matched) == (1, 1)
+    assert stored(engine)[0]["matched_by"] == "return_path"
+    other = raw.replace(b"nobody@gmail.example", b"somebody@else.example")
+    other = other.replace(b"Message-Id: <2025", b"Message-Id: <2026")
+    with engine.begin() as conn:
+        result = ingest(conn, dsn.parse(other), policy)
+    assert (result.stored, result.matched, result.unmatched) == (1, 0, 1)
+
+
+def test_concurrent_redeliveries_of_one_event_store_it_once(hook: Hook) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import UTC, datetime, timedelta
+
+    _row, pid, _mid = sent_row(hook.engine, "race@example.com")
+    doc = w.resend_event("email.bounced", "race@example.com", pid,
+                         bounce={"type": "Permanent", "message": "550 5.1.1"})
+    now = datetime.now(UTC)
+    # The same Svix message, signed at eight different moments: eight genuine retries.
+    copies = [w.resend_request(doc, msg_id="msg_race", at=now + timedelta(seconds=i))
+              for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda c: hook.post("resend", c), copies))
+    assert [s for s, _ in replies] == [200] * 8
+    assert sum(b["stored"] for _, b in replies) == 1
+    assert sum(b["duplicates"] for _, b in replies) == 7
+    assert len(stored(hook.engine)) == 1
+    assert suppressed(hook.engine) == {"race@example.com": "hard_bounce"}
