@@ -27,7 +27,8 @@ from pathlib import Path
 
 from bench.common import smtp_sink, write_templates
 from bench.throughput import rendered
-from mailout.transports.base import Decision, Envelope
+from mailout.message.envelope import Envelope
+from mailout.transports.base import Decision
 from mailout.transports.smtp.client import SmtpTransport
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 

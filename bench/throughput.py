@@ -56,10 +56,10 @@ from bench.common import (
 from mailout import db
 from mailout.db import leasing, migrate
 from mailout.db.schema import messages
+from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
-from mailout.transports.base import Envelope
 
 CLAIM_BATCH = 100
 CLAIM_REPS = 30

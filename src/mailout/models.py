@@ -274,3 +274,61 @@ def _read(content: AttachmentContent) -> bytes:
         raise TypeError("attachment file must be opened in binary mode ('rb')")
     raise TypeError(f"attachment content must be bytes, a path or a binary file, not "
                     f"{type(content).__name__}")
+
+
+# -- delivery events: what providers and mail servers report back (mailout.feedback) ----
+
+class EventType(enum.StrEnum):
+    """What happened to one message for one recipient."""
+
+    DELIVERED = "delivered"  # the receiving server accepted it
+    BOUNCED = "bounced"  # it came back; subtype hard (permanent) or soft (gave up, temporary)
+    DEFERRED = "deferred"  # delivery is delayed and still being retried: informational
+    COMPLAINED = "complained"  # the recipient marked it as spam (feedback loop / ARF)
+    UNSUBSCRIBED = "unsubscribed"  # the recipient unsubscribed through the provider
+    REJECTED = "rejected"  # the provider refused to send it (its own suppression, policy)
+
+
+class BounceKind(enum.StrEnum):
+    """The subtype of a bounce."""
+
+    HARD = "hard"  # permanent: the address does not exist or refuses mail for good
+    SOFT = "soft"  # temporary reason (mailbox full, greylisting) but the sender gave up
+
+
+class Provider(enum.StrEnum):
+    """Where an event came from."""
+
+    RESEND = "resend"  # Resend webhooks (signed by Svix)
+    POSTMARK = "postmark"  # Postmark webhooks (basic auth)
+    SES = "ses"  # Amazon SES notifications through SNS (signed by SNS)
+    SENDGRID = "sendgrid"  # SendGrid Event Webhook (ECDSA)
+    MAILGUN = "mailgun"  # Mailgun webhooks (HMAC)
+    BREVO = "brevo"  # Brevo transactional webhooks (basic auth or bearer token)
+    DSN = "dsn"  # an RFC 3464 delivery status notification read from mail
+    ARF = "arf"  # an RFC 5965 abuse feedback report read from mail
+    OPERATOR = "operator"  # recorded by hand
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event for one recipient, as every provider's report is normalised.
+
+    ``event_id`` is the provider's id, made unique per recipient; where the provider
+    has none it is derived from the event's content (:func:`derived_id`), so a
+    redelivered copy gets the same id and is stored once. The link fields are
+    whatever the report carried: the provider's message id, the RFC 5322 Message-ID
+    (with its ``<>``), the envelope return path.
+    """
+
+    provider: Provider
+    event_id: str
+    type: EventType
+    recipient: str
+    occurred_at: datetime
+    subtype: str | None = None  # BounceKind for bounces; feedback type for complaints
+    provider_message_id: str | None = None
+    message_id: str | None = None
+    return_path: str | None = None
+    diagnostic: str | None = None  # status code and text, e.g. "5.1.1 user unknown"
+    payload: str = ""  # the provider's raw record for this event, size-capped

@@ -217,7 +217,7 @@ def _validated_row(
     }
     parts = [] if isinstance(msg.attachments, tuple | list) and not msg.attachments else \
         compose.attachments(msg.attachments, max_bytes=settings.max_attachment_bytes)
-    row["attachment_digest"] = stored_attachments.list_digest(parts) if parts else None
+    row["attachment_digest"] = compose.list_digest(parts) if parts else None
     row["attachments"] = parts  # not a column: linked after the insert
     row["params_json"] = None  # not a column: the params as JSON text, once encoded
     if msg.template is not None:
@@ -329,7 +329,7 @@ def enqueue_many(
     inserts.refuse_oversize(connection, rows)
     stored = inserts.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
-    linked: list[tuple[int, Sequence[stored_attachments.Stored]]] = []
+    linked: list[tuple[int, Sequence[compose.AttachmentPart]]] = []
     conflict: IdempotencyConflict | None = None
     for row in rows:
         hit = stored[row["idempotency_key"]]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from mailout.message.envelope import Envelope
 from mailout.models import Attachment, Mailbox
-from mailout.transports.base import Envelope
 
 PDF = b"%PDF-1.4 fake invoice\n"
 PNG = b"\x89PNG\r\n\x1a\nfake logo"

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from mailout.message.envelope import Envelope
 from mailout.models import Mailbox
-from mailout.transports.base import Envelope
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 from tests.support.pg import postgres_server_url
 from tests.support.smtpserver import SmtpTestServer

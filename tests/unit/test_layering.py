@@ -138,16 +138,6 @@ ALIASES = {
     "mailout.webhooks.django": "mailout.contrib.django.webhooks",
     "mailout.testing.django": "mailout.contrib.django.testing",
 }
-# Imports against the layers that are still to be cut (issue 34, item 3).
-KNOWN_BACK_EDGES = {
-    ("mailout.message.compose", "mailout.db.attachments"),
-    ("mailout.message.render", "mailout.feedback.events"),
-    ("mailout.message.render", "mailout.transports.base"),
-    ("mailout.db.delivery_events", "mailout.feedback.events"),
-    ("mailout.delivery.guards", "mailout.feedback.events"),
-    ("mailout.feedback.rate_alert", "mailout.webhooks.settings"),
-}
-
 # Narrower than the layers: package -> what it must not reach, directly or not.
 FORBIDDEN = {
     # Enqueue runs in the application's transaction: no transport, no rendering.
@@ -197,11 +187,8 @@ def test_each_module_imports_only_its_layer_or_lower() -> None:
             if other == package or theirs > mine or (package, other) in SAME_LAYER:
                 continue
             found.add((module, dep))
-    unexpected = sorted(found - KNOWN_BACK_EDGES)
-    assert not unexpected, "imports against the layers: " + ", ".join(
-        f"{a} -> {b}" for a, b in unexpected)
-    cut = sorted(KNOWN_BACK_EDGES - found)
-    assert not cut, f"cut already, drop from KNOWN_BACK_EDGES: {cut}"
+    assert not found, "imports against the layers: " + ", ".join(
+        f"{a} -> {b}" for a, b in sorted(found))
 
 
 def test_the_root_package_is_imported_for_its_version_only() -> None:

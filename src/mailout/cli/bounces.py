@@ -17,8 +17,9 @@ from mailout.cli import display
 from mailout.cli.common import LIMIT, WEBHOOKS_PORT
 from mailout.cli.terminal import one_line
 from mailout.exceptions import InvalidMessage
-from mailout.feedback.events import Event, normalize_address
 from mailout.message import addresses
+from mailout.message.addresses import normalize_address
+from mailout.models import Event
 
 log = logging.getLogger("mailout.cli")
 

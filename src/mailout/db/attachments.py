@@ -8,9 +8,7 @@ transaction: at enqueue, that is the application's own.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, delete, exists, func, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -18,41 +16,12 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import dialects
 from mailout.db.schema import attachments, db_now, message_attachments
+from mailout.message.compose import AttachmentPart
 from mailout.models import Attachment
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """One attachment of one message as stored: its content's digest and its part."""
-
-    sha256: str
-    filename: str
-    content_type: str
-    inline: bool
-    cid: str | None
-    content: bytes = field(repr=False, compare=False)
-
-    @property
-    def size(self) -> int:
-        return len(self.content)
-
-
-def digest(content: bytes) -> str:
-    """The hex SHA-256 that keys a content."""
-    return hashlib.sha256(content).hexdigest()
-
-
-def list_digest(items: Sequence[Stored]) -> str | None:
-    """One digest over a message's whole attachment list (names, types, contents), for
-    idempotency conflicts; None for no attachments."""
-    if not items:
-        return None
-    lines = "\n".join(f"{a.sha256} {int(a.inline)} {a.cid or ''} {a.content_type} {a.filename}"
-                      for a in items)
-    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
-
-
-def store(conn: Connection, per_message: Iterable[tuple[int, Sequence[Stored]]]) -> int:
+def store(conn: Connection,
+          per_message: Iterable[tuple[int, Sequence[AttachmentPart]]]) -> int:
     """Link each message id to its attachments; write the contents not stored yet.
 
     Contents already stored are not sent to the database again, and are locked
@@ -82,7 +51,7 @@ def store(conn: Connection, per_message: Iterable[tuple[int, Sequence[Stored]]])
 
 
 def for_message(conn: Connection, outbox_id: int,
-                known: Mapping[str, bytes] | None = None) -> list[Stored]:
+                known: Mapping[str, bytes] | None = None) -> list[AttachmentPart]:
     """The attachments of one message, in order. Contents found in ``known`` (a
     cache by digest) are not read from the database again."""
     rows = conn.execute(
@@ -95,11 +64,11 @@ def for_message(conn: Connection, outbox_id: int,
         found.update((sha, content) for sha, content in conn.execute(
             select(attachments.c.sha256, attachments.c.content)
             .where(attachments.c.sha256.in_(wanted))))
-    return [Stored(r.sha256, r.filename, r.content_type, r.inline, r.cid, found[r.sha256])
+    return [AttachmentPart(r.sha256, r.filename, r.content_type, r.inline, r.cid, found[r.sha256])
             for r in rows]
 
 
-def as_attachments(items: Iterable[Stored]) -> tuple[Attachment, ...]:
+def as_attachments(items: Iterable[AttachmentPart]) -> tuple[Attachment, ...]:
     """Stored attachments as the records an envelope carries."""
     return tuple(Attachment(a.filename, a.content, a.content_type, a.inline, a.cid)
                  for a in items)

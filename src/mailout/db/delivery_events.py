@@ -30,7 +30,7 @@ from mailout.db.schema import (
     events,
     messages,
 )
-from mailout.feedback.events import Event
+from mailout.models import Event
 from mailout.support.timeutil import aware
 
 MATCHED_BY_PROVIDER_ID = "provider_id"

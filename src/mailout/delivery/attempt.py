@@ -22,6 +22,7 @@ from mailout.delivery.after_unknown import Resend, after_unknown, key_window, wi
 from mailout.delivery.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.delivery.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
 from mailout.exceptions import RenderError
+from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
 from mailout.models import (
     PARTIALLY_REFUSED,
@@ -36,7 +37,7 @@ from mailout.models import (
     Status,
 )
 from mailout.support.logs import LogRecipients, SendLog, redact_addresses
-from mailout.transports.base import Decision, Envelope, SendResult, Transport
+from mailout.transports.base import Decision, SendResult, Transport
 
 log = logging.getLogger("mailout.worker.runtime")
 

@@ -41,8 +41,8 @@ from sqlalchemy import Connection, Engine
 
 from mailout.db.suppressions import suppressed_among
 from mailout.exceptions import ConfigError, InvalidMessage
-from mailout.feedback.events import normalize_address
 from mailout.message import addresses
+from mailout.message.addresses import normalize_address
 from mailout.models import ClaimedMessage, Mailbox, Settled
 
 Check = Callable[[ClaimedMessage, Connection], bool]

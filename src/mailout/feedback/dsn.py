@@ -1,5 +1,5 @@
 """Bounces and complaints that arrive as mail: RFC 3464 delivery status notifications
-and RFC 5965 abuse feedback reports, parsed into :class:`~mailout.feedback.events.Event` records.
+and RFC 5965 abuse feedback reports, parsed into :class:`~mailout.models.Event` records.
 
 A DSN is a ``multipart/report; report-type=delivery-status``: a human-readable part,
 a ``message/delivery-status`` part (one block of per-message fields, then one block per
@@ -34,17 +34,9 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from mailout.exceptions import MailoutError
-from mailout.feedback.events import (
-    BounceKind,
-    Event,
-    EventType,
-    Provider,
-    clip,
-    derived_id,
-    normalize_address,
-    normalize_message_id,
-    payload_text,
-)
+from mailout.feedback.events import clip, derived_id, normalize_message_id, payload_text
+from mailout.message.addresses import normalize_address
+from mailout.models import BounceKind, Event, EventType, Provider
 
 MAX_REPORT_BYTES = 10_000_000
 _STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")

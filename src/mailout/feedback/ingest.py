@@ -27,7 +27,8 @@ from mailout.db import delivery_events as sql
 from mailout.db.suppressions import suppress
 from mailout.db.webhook_nonces import claim_nonce
 from mailout.exceptions import MailoutError
-from mailout.feedback.events import BounceKind, Event, EventType, ReturnPath
+from mailout.message.return_path import ReturnPath
+from mailout.models import BounceKind, Event, EventType
 
 DEFAULT_SOFT_BOUNCE_LIMIT = 3
 DEFAULT_SOFT_BOUNCE_WINDOW = 7 * 86400.0

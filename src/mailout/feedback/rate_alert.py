@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -24,12 +24,23 @@ from sqlalchemy.exc import SQLAlchemyError
 from mailout.db import delivery_events
 from mailout.support.alerts import Alert, Alerts
 
-if TYPE_CHECKING:
-    from mailout.webhooks.settings import WebhookSettings
-
 log = logging.getLogger("mailout.ingest")
 
 CHECK_EVERY_SECONDS = 60.0
+
+
+class RateLimits(Protocol):
+    """The limits the monitor judges by. The webhook receivers' settings
+    (:class:`mailout.webhooks.settings.WebhookSettings`) read them from the environment."""
+
+    @property
+    def rate_window(self) -> float: ...  # seconds counted back from now
+    @property
+    def rate_min_sent(self) -> int: ...  # fewer messages sent in the window: no verdict
+    @property
+    def bounce_rate_alert(self) -> float | None: ...  # None: no bounce rate alert
+    @property
+    def complaint_rate_alert(self) -> float | None: ...  # None: no complaint rate alert
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +64,7 @@ class Rates:
 class RateMonitor:
     """Fires rate alerts on crossings; thread-safe."""
 
-    def __init__(self, engine: Engine, settings: WebhookSettings, alerts: Alerts,
+    def __init__(self, engine: Engine, settings: RateLimits, alerts: Alerts,
                  every: float = CHECK_EVERY_SECONDS) -> None:
         self._engine = engine
         self._settings = settings

@@ -3,8 +3,9 @@
 Owns the parts of a complete message at enqueue (``compose``), the rules for headers,
 params, keys, unsubscribe links and attachments (``validate``), addresses and their
 parser (``addresses``), template folders (``templates``) and the params a variant
-needs (``template_params``), rendering a claimed row into an envelope (``render``)
-and the RFC 5322 / MIME wire format (``mime``).
+needs (``template_params``), rendering a claimed row (``render``) into the envelope a
+transport sends (``envelope``), the RFC 5322 / MIME wire format (``mime``) and the
+per-message envelope sender bounces come back to (``return_path``).
 
 May import: ``mailout.support``, ``mailout.models``, ``mailout.exceptions``; Jinja2 and
 email-validator. Never imports the database, the transports, delivery, feedback or

@@ -282,3 +282,15 @@ def _one_mailbox(field: str, item: object) -> tuple[str, str]:
         raise InvalidMessage(field, f"must hold exactly one valid address (pass a list for "
                              f"several): {raw!r}")
     return found[0][0], address(field, found[0][1])
+
+
+def normalize_address(raw: str) -> str:
+    """An address as stored for matching: trimmed, ``<>`` and ``mailto:`` removed,
+    lower-cased. Mailbox local parts are case-sensitive in theory and never in
+    practice; suppression must not miss ``Bob@`` because ``bob@`` bounced."""
+    value = raw.strip()
+    if value.lower().startswith("mailto:"):
+        value = value[7:]
+    if value.lower().startswith("rfc822;"):
+        value = value[7:]
+    return value.strip().strip("<>").strip().lower()

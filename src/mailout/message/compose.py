@@ -9,13 +9,45 @@ argument (and, for attachments, the file). Pure: no I/O.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from mailout.db import attachments as stored_attachments
 from mailout.exceptions import InvalidMessage
 from mailout.message import addresses, mime, validate
 from mailout.models import Attachment
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentPart:
+    """One attachment of one message as stored: its content's digest and its part."""
+
+    sha256: str
+    filename: str
+    content_type: str
+    inline: bool
+    cid: str | None
+    content: bytes = field(repr=False, compare=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.content)
+
+
+def digest(content: bytes) -> str:
+    """The hex SHA-256 that keys a content."""
+    return hashlib.sha256(content).hexdigest()
+
+
+def list_digest(items: Sequence[AttachmentPart]) -> str | None:
+    """One digest over a message's whole attachment list (names, types, contents), for
+    idempotency conflicts; None for no attachments."""
+    if not items:
+        return None
+    lines = "\n".join(f"{a.sha256} {int(a.inline)} {a.cid or ''} {a.content_type} {a.filename}"
+                      for a in items)
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
 
 def recipients(to: object, cc: object, bcc: object, reply_to: object, *,
@@ -65,11 +97,11 @@ def headers(given: object, *, reply_to: bool, unsubscribe: object) -> dict[str, 
     return {**(headers or {}), **extra}
 
 
-def attachments(items: object, *, max_bytes: int) -> list[stored_attachments.Stored]:
+def attachments(items: object, *, max_bytes: int) -> list[AttachmentPart]:
     """Checked attachments with their content digests; errors name the file."""
     if isinstance(items, Attachment) or not isinstance(items, Sequence):
         raise InvalidMessage("attachments", "must be a list of mailout.Attachment")
-    parts: list[stored_attachments.Stored] = []
+    parts: list[AttachmentPart] = []
     digests: dict[int, str] = {}  # the same bytes object on many messages: hashed once
     cids: set[str] = set()
     for item in items:
@@ -79,15 +111,15 @@ def attachments(items: object, *, max_bytes: int) -> list[stored_attachments.Sto
                 raise InvalidMessage("attachments", f"{checked.filename!r}: cid "
                                      f"{checked.cid!r} is used twice")
             cids.add(checked.cid)
-        sha = digests.get(id(checked.content)) or stored_attachments.digest(checked.content)
+        sha = digests.get(id(checked.content)) or digest(checked.content)
         digests[id(checked.content)] = sha
-        parts.append(stored_attachments.Stored(sha, checked.filename, checked.content_type,
+        parts.append(AttachmentPart(sha, checked.filename, checked.content_type,
                                                checked.inline, checked.cid, checked.content))
     return parts
 
 
 def check_size(content: Mapping[str, object], params_size: int,
-                parts: Sequence[stored_attachments.Stored], limit: int) -> None:
+                parts: Sequence[AttachmentPart], limit: int) -> None:
     """Refuse a message whose attachments, once encoded, take it past ``limit``."""
     encoded = sum(mime.base64_size(p.size) for p in parts)
     try:

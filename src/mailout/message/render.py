@@ -1,4 +1,4 @@
-"""Turn a claimed outbox row into an :class:`~mailout.transports.base.Envelope`.
+"""Turn a claimed outbox row into an :class:`~mailout.message.envelope.Envelope`.
 
 Templates live in a folder, one sub-folder per template: ``subject.txt``,
 ``text.txt`` and an optional ``html.html``. Only the HTML is autoescaped; a
@@ -26,9 +26,10 @@ from typing import Any
 import jinja2
 
 from mailout.exceptions import RenderError
-from mailout.feedback.events import ReturnPath
 from mailout.message import mime
 from mailout.message.addresses import extra_header, parse_mailbox
+from mailout.message.envelope import Envelope
+from mailout.message.return_path import ReturnPath
 from mailout.message.templates import (
     HTML_FILE,
     SUBJECT_FILE,
@@ -39,7 +40,6 @@ from mailout.message.templates import (
 )
 from mailout.message.validate import BAD_HEADER_CHARS
 from mailout.models import Attachment, ClaimedMessage, Mailbox
-from mailout.transports.base import Envelope
 
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII but ":"
 # Headers the renderer owns; extras may not set them (Content-* too, by prefix).

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from mailout.db.schema import messages
-from mailout.transports.base import Envelope
+from mailout.message.envelope import Envelope
 from mailout.transports.memory import MemoryTransport
 from mailout.worker import config
 from mailout.worker.build import build_worker

@@ -1,7 +1,7 @@
 """What every HTTP API transport shares: one client, timeouts, and the error mapping.
 
 A provider module (``resend``, ``postmark``...) supplies a :class:`Provider`: how to
-turn an :class:`~mailout.transports.base.Envelope` into an :class:`ApiRequest`, how
+turn an :class:`~mailout.message.envelope.Envelope` into an :class:`ApiRequest`, how
 to sign it, and what the provider's answer means. :class:`HttpTransport` does the
 rest, the same way for every provider:
 
@@ -29,8 +29,9 @@ from typing import Any, Final, Protocol
 
 import httpx
 
+from mailout.message.envelope import Envelope
 from mailout.models import Mailbox
-from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
+from mailout.transports.base import CheckResult, Decision, SendResult
 
 DEFAULT_TIMEOUT: Final = 30.0
 MAX_RETRY_AFTER: Final = 86_400.0  # a longer delay than a day is a provider's mistake

@@ -18,7 +18,8 @@ import asyncio
 import itertools
 from collections import deque
 
-from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
+from mailout.message.envelope import Envelope
+from mailout.transports.base import CheckResult, Decision, SendResult
 
 _ids = itertools.count(1)
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from mailout.exceptions import ConfigError
-from mailout.transports.base import CheckResult, Decision, Envelope, SendResult, Transport
+from mailout.message.envelope import Envelope
+from mailout.transports.base import CheckResult, Decision, SendResult, Transport
 from mailout.transports.spec import KEEP_HEADER, TransportSpec
 
 log = logging.getLogger("mailout.transports")

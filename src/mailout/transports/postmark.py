@@ -28,8 +28,9 @@ from typing import Any, Final
 
 import httpx
 
+from mailout.message.envelope import Envelope
 from mailout.models import Attachment
-from mailout.transports.base import CheckResult, Decision, Envelope, RecipientResult, SendResult
+from mailout.transports.base import CheckResult, Decision, RecipientResult, SendResult
 from mailout.transports.http import (
     STAGE,
     ApiReply,

@@ -21,8 +21,9 @@ from typing import Any, Final
 
 import httpx
 
+from mailout.message.envelope import Envelope
 from mailout.models import Attachment
-from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
+from mailout.transports.base import CheckResult, Decision, SendResult
 from mailout.transports.http import (
     STAGE,
     ApiReply,

@@ -26,7 +26,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
+from mailout.message.envelope import Envelope
+from mailout.transports.base import CheckResult, Decision, SendResult
 from mailout.transports.http import (
     STAGE,
     ApiReply,

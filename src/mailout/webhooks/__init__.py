@@ -1,7 +1,7 @@
 """Webhook receivers: provider event callbacks in, provider-neutral events out.
 
 Owns the receiver contract (``base``: verify a request, parse it into
-:class:`mailout.feedback.events.Event` records), one receiver per provider (``resend``,
+:class:`mailout.models.Event` records), one receiver per provider (``resend``,
 ``postmark``, ``ses``, ``sendgrid``, ``mailgun``, ``brevo``), their settings
 (``settings``), the framework-neutral request handler (``handler``), the ASGI app
 (``app``, Starlette: mountable in FastAPI or Starlette, served by

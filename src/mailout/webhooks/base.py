@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mailout.exceptions import MailoutError
-from mailout.feedback.events import Event, Provider
+from mailout.models import Event, Provider
 
 # Error codes, the ``error`` field of a refusal's JSON body.
 BAD_SIGNATURE = "bad_signature"  # 401: the signature or credentials do not verify

@@ -15,17 +15,9 @@ import hmac
 from typing import Any
 
 from mailout.feedback.dsn import provider_bounce_kind
-from mailout.feedback.events import (
-    BounceKind,
-    Event,
-    EventType,
-    Provider,
-    clip,
-    from_timestamp,
-    normalize_address,
-    normalize_message_id,
-    payload_text,
-)
+from mailout.feedback.events import clip, from_timestamp, normalize_message_id, payload_text
+from mailout.message.addresses import normalize_address
+from mailout.models import BounceKind, Event, EventType, Provider
 from mailout.webhooks.base import (
     MISSING_AUTH,
     UNKNOWN_EVENT,

@@ -14,17 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailout.feedback.events import (
-    BounceKind,
-    Event,
-    EventType,
-    Provider,
-    clip,
-    derived_id,
-    normalize_address,
-    parse_time,
-    payload_text,
-)
+from mailout.feedback.events import clip, derived_id, parse_time, payload_text
+from mailout.message.addresses import normalize_address
+from mailout.models import BounceKind, Event, EventType, Provider
 from mailout.webhooks.base import (
     UNKNOWN_EVENT,
     Parsed,

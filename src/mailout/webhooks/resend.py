@@ -16,16 +16,9 @@ import hashlib
 import hmac
 from typing import Any
 
-from mailout.feedback.events import (
-    BounceKind,
-    Event,
-    EventType,
-    Provider,
-    clip,
-    normalize_address,
-    parse_time,
-    payload_text,
-)
+from mailout.feedback.events import clip, parse_time, payload_text
+from mailout.message.addresses import normalize_address
+from mailout.models import BounceKind, Event, EventType, Provider
 from mailout.webhooks.base import (
     UNKNOWN_EVENT,
     Parsed,

@@ -24,17 +24,9 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from mailout.exceptions import ConfigError
 from mailout.feedback.dsn import provider_bounce_kind
-from mailout.feedback.events import (
-    BounceKind,
-    Event,
-    EventType,
-    Provider,
-    clip,
-    from_timestamp,
-    normalize_address,
-    normalize_message_id,
-    payload_text,
-)
+from mailout.feedback.events import clip, from_timestamp, normalize_message_id, payload_text
+from mailout.message.addresses import normalize_address
+from mailout.models import BounceKind, Event, EventType, Provider
 from mailout.webhooks.base import (
     UNKNOWN_EVENT,
     Parsed,

@@ -47,17 +47,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from mailout.feedback.dsn import provider_bounce_kind
-from mailout.feedback.events import (
-    BounceKind,
-    Event,
-    EventType,
-    Provider,
-    clip,
-    normalize_address,
-    normalize_message_id,
-    parse_time,
-    payload_text,
-)
+from mailout.feedback.events import clip, normalize_message_id, parse_time, payload_text
+from mailout.message.addresses import normalize_address
+from mailout.models import BounceKind, Event, EventType, Provider
 from mailout.webhooks.base import (
     FORBIDDEN_TOPIC,
     MISSING_AUTH,

@@ -22,8 +22,8 @@ from mailout.delivery.policy import (
     parse_queue_policies,
 )
 from mailout.exceptions import ConfigError, InvalidMessage
-from mailout.feedback.events import ReturnPath
 from mailout.message import addresses
+from mailout.message.return_path import ReturnPath
 from mailout.models import OnUnknown
 from mailout.support import envparse
 from mailout.support.logs import LogRecipients, LogSends

@@ -341,7 +341,7 @@ def test_message_page_lists_its_delivery_events_escaped_and_masked(
     from datetime import UTC, datetime
 
     from mailout.db.delivery_events import Link, store_event
-    from mailout.feedback.events import Event, EventType, Provider
+    from mailout.models import Event, EventType, Provider
 
     with engine.begin() as conn:
         store_event(conn, Event(Provider.POSTMARK, "ev-1", EventType.BOUNCED, "dana@example.com",

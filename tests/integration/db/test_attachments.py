@@ -14,6 +14,7 @@ from mailout import Attachment, InvalidMessage, Message
 from mailout.db import attachments as stored
 from mailout.db import operator, purging
 from mailout.db.schema import attachments, message_attachments, messages
+from mailout.message import compose
 from mailout.outbox import EnqueueSettings, enqueue, enqueue_many
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
@@ -42,7 +43,7 @@ def test_one_content_on_a_thousand_messages_is_stored_once(engine: Engine) -> No
     assert count(engine, attachments) == 1001  # 1,000 invoices and one terms PDF
     with engine.connect() as conn:
         sizes = conn.execute(select(attachments.c.size).where(
-            attachments.c.sha256 == stored.digest(TERMS))).scalars().all()
+            attachments.c.sha256 == compose.digest(TERMS))).scalars().all()
         some = conn.execute(select(messages.c.id).where(messages.c.idempotency_key == "inv-7")
                             ).scalar_one()
         items = stored.for_message(conn, some)
@@ -130,7 +131,7 @@ def test_purge_removes_contents_no_message_refers_to(engine: Engine) -> None:
         assert stored.purge_orphans(conn) == 0
     with engine.connect() as conn:
         left = conn.execute(select(attachments.c.sha256)).scalars().all()
-    assert left == [stored.digest(b"shared")]
+    assert left == [compose.digest(b"shared")]
     assert count(engine, message_attachments) == 1
 
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, func, update
 
 from mailout.db.schema import messages
-from mailout.feedback.events import Event, EventType, Provider
 from mailout.feedback.ingest import Policy, ingest
 from mailout.feedback.rate_alert import RateMonitor
+from mailout.models import Event, EventType, Provider
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.support.alerts import Alert, Alerts
 from mailout.webhooks.settings import WebhookSettings

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from mailout.transports.base import Decision, Envelope
+from mailout.message.envelope import Envelope
+from mailout.transports.base import Decision
 from mailout.transports.brevo import key_uuid
 from tests.integration.transports.http_api import b64, send_full
 from tests.support.envelopes import PDF, full_envelope

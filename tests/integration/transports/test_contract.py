@@ -14,9 +14,10 @@ from email.parser import BytesParser
 
 import pytest
 
+from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage
-from mailout.transports.base import Decision, Envelope, SendResult
+from mailout.transports.base import Decision, SendResult
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.transport_harness import Harness, harness
 

@@ -11,10 +11,11 @@ import pytest
 
 from mailout.delivery.attempt import Context, decide
 from mailout.delivery.policy import RetryPolicy
+from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage, Outcome, Status
 from mailout.support.logs import LogRecipients, SendLog
-from mailout.transports.base import CheckResult, Decision, Envelope, SendResult
+from mailout.transports.base import CheckResult, Decision, SendResult
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

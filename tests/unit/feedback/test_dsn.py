@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mailout.feedback import dsn
-from mailout.feedback.events import BounceKind, EventType, Provider
+from mailout.models import BounceKind, EventType, Provider
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "dsn"
 

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from mailout.exceptions import InvalidMessage, RenderError
 from mailout.message import addresses, compose
+from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
 from mailout.message.templates import template_exists, validate_template_name
 from mailout.models import ClaimedMessage, Mailbox
-from mailout.transports.base import Envelope
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 MESSAGE_ID = "<20240501120000.abc123@mail.example.com>"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from mailout.message.envelope import Envelope
 from mailout.models import Mailbox
-from mailout.transports.base import Decision, Envelope, SendResult
+from mailout.transports.base import Decision, SendResult
 from mailout.transports.memory import MemoryTransport
 from mailout.transports.multi import Mode, MultiTransport
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from svix.webhooks import Webhook
 
-from mailout.feedback.events import Event
+from mailout.models import Event
 from mailout.webhooks.base import Receiver, Request, WebhookError
 from mailout.webhooks.brevo import BrevoReceiver
 from mailout.webhooks.mailgun import MailgunReceiver

@@ -48,7 +48,8 @@ from aiosmtplib.errors import (
     SMTPResponseException,
 )
 
-from mailout.transports.base import CheckResult, Envelope, SendResult
+from mailout.message.envelope import Envelope
+from mailout.transports.base import CheckResult, SendResult
 from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.classify import to_result

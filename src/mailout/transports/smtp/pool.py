@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import aiosmtplib
 from aiosmtplib import SMTPResponse
 
-from mailout.transports.base import Envelope
+from mailout.message.envelope import Envelope
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import SMTPException, SMTPResponseException, SMTPServerDisconnected
 from aiosmtplib.protocol import MAX_RESPONSE_LENGTH, SMTPProtocol
 
-from mailout.transports.base import Envelope
+from mailout.message.envelope import Envelope
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply
 

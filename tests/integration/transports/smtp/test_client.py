@@ -11,7 +11,7 @@ from email.utils import make_msgid
 
 import pytest
 
-from mailout.transports.base import Envelope
+from mailout.message.envelope import Envelope
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.client import SmtpTransport, check_connection
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply

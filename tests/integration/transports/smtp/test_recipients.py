@@ -12,7 +12,8 @@ from email.utils import make_msgid
 
 import pytest
 
-from mailout.transports.base import Decision, Envelope, RecipientResult
+from mailout.message.envelope import Envelope
+from mailout.transports.base import Decision, RecipientResult
 from mailout.transports.smtp.client import SmtpTransport
 from tests.support.fixtures import raw_envelope, smtp_settings_for
 from tests.support.smtpserver import SmtpTestServer

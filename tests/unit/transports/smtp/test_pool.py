@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiosmtplib.protocol import SMTPProtocol
 
+from mailout.message.envelope import Envelope
 from mailout.models import Mailbox
-from mailout.transports.base import Envelope
 from mailout.transports.smtp.pool import Handover, Slots
 from mailout.transports.smtp.transaction import RepliesKept
 
