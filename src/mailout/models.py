@@ -149,6 +149,9 @@ class ClaimedMessage:
         return bool(self.cc or self.bcc or len(self.to) > 1)
 
 
+AFTER_UNKNOWN_SUFFIX = "_after_unknown"  # on a parked give-up's reason, as the row keeps it
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """How one claimed attempt ended, and what the row becomes."""
@@ -164,6 +167,10 @@ class Completion:
     delay_seconds: float | None = None  # for PENDING: when to try again
     uncharge: bool = False  # a paused or outage attempt does not count against max_attempts
     reason: str | None = None
+    # UNKNOWN after a give-up (refused, or out of attempts or age) that an earlier
+    # attempt with an unknown outcome may have made moot: parked for review, since
+    # failed and dead must mean "not delivered". ``reason`` is why it gave up.
+    parked_after_unknown: bool = False
     stage: str | None = None
     reply_code: int | None = None
     enhanced_code: str | None = None
@@ -178,6 +185,14 @@ class Completion:
     # the row's new map of settled recipients (None leaves it as it is).
     recipients: tuple[RecipientOutcome, ...] = ()
     settled: Mapping[str, str] | None = None
+
+    @property
+    def row_reason(self) -> str | None:
+        """The reason as the row keeps it and operators read it: a give-up parked after
+        an unknown outcome ends in ``_after_unknown`` (docs/operations.md)."""
+        if self.parked_after_unknown and self.reason is not None:
+            return f"{self.reason}{AFTER_UNKNOWN_SUFFIX}"
+        return self.reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from mailout.message import addresses
 from mailout.message.addresses import normalize_address
 from mailout.models import Event
 
-log = logging.getLogger("mailout.cli")
+log = logging.getLogger(__name__)
 
 
 def _engine(obj: dict[str, Any]) -> Any:
@@ -74,9 +74,11 @@ def serve_cmd(obj: dict[str, Any], host: str, port: int) -> None:
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
     if settings.sns_test_origin:
         log.warning("*** MAILOUT_SNS_TEST_ORIGIN is set: SNS certificates are also "
-                    "accepted from %s. Tests only. ***", settings.sns_test_origin)
+                    "accepted from %s. Tests only. ***", settings.sns_test_origin,
+                    extra={"event": "sns_test_origin_set", "origin": settings.sns_test_origin})
     log.info("webhooks on http://%s:%d/webhooks/{%s}", host, port,
-             ",".join(settings.providers))
+             ",".join(settings.providers),
+             extra={"event": "webhooks_listening", "host": host, "port": port})
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
                 server_header=False, lifespan="off")
 

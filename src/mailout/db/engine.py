@@ -19,7 +19,7 @@ from mailout.exceptions import ConfigError
 DEFAULT_URL = "sqlite:///mailout.db"
 LOCK_CONFLICT_TRIES = 5  # a claim chosen as a deadlock victim is run again this often
 
-log = logging.getLogger("mailout.db")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -246,5 +246,6 @@ def immediate_retrying(engine: Engine | HeldConnection, work: Callable[[Connecti
             if attempt == tries or not dialects.is_lock_conflict(exc):
                 raise
             log.info("lock conflict (try %d of %d), running the transaction again",
-                     attempt, tries)
+                     attempt, tries, extra={"event": "lock_conflict", "try": attempt,
+                                            "tries": tries})
     raise AssertionError("unreachable: the last try returns or raises")

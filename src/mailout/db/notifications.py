@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from mailout.db import inserts
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 CHANNEL = inserts.NOTIFY_CHANNEL
 RECONNECT_MAX = 30.0
@@ -42,7 +42,8 @@ async def listen(url: str, wake: Callable[[str | None], None]) -> None:
         try:
             conn = await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True)
         except psycopg.OperationalError as exc:
-            log.warning("LISTEN connection failed, polling meanwhile: %s", type(exc).__name__)
+            log.warning("LISTEN connection failed, polling meanwhile: %s", type(exc).__name__,
+                        extra={"event": "listen_failed", "error": type(exc).__name__})
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX)
             continue
@@ -54,6 +55,7 @@ async def listen(url: str, wake: Callable[[str | None], None]) -> None:
                 async for note in conn.notifies():
                     wake(note.payload)
         except psycopg.OperationalError as exc:
-            log.warning("LISTEN connection lost, reconnecting: %s", type(exc).__name__)
+            log.warning("LISTEN connection lost, reconnecting: %s", type(exc).__name__,
+                        extra={"event": "listen_lost", "error": type(exc).__name__})
         with contextlib.suppress(Exception):
             await conn.close()

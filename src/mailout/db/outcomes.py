@@ -117,7 +117,7 @@ def _completion_row(c: Completion) -> dict[str, Any]:
     back (a pause); an unknown outcome counts towards ``unknown_attempts``.
     """
     return {
-        "id": c.id, "token": c.lease_token, "status": c.status.value, "reason": c.reason,
+        "id": c.id, "token": c.lease_token, "status": c.status.value, "reason": c.row_reason,
         "reply_code": c.reply_code, "reply_text": _truncate(c.reply_text),
         "provider_id": c.provider_message_id, "redirected_to": c.redirected_to,
         "delay": c.delay_seconds, "uncharge": int(c.uncharge),

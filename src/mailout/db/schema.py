@@ -1,7 +1,9 @@
 """Table definitions (SQLAlchemy Core) and the SQL helpers that differ per dialect.
 
-The migrations under ``mailout/migrations`` create exactly these tables; a test
-checks that the two agree.
+The Alembic migrations under ``mailout/db/migrations`` (and Django's, in
+``mailout/contrib/django/migrations``) create exactly these tables; tests check that
+they agree (tests/integration/db/test_migrations.py,
+tests/integration/contrib/django/test_schema_sync.py).
 """
 
 from __future__ import annotations

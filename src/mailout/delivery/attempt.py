@@ -14,13 +14,20 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout.delivery.after_unknown import Resend, after_unknown, key_window, window_left
 from mailout.delivery.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
-from mailout.delivery.policy import GiveUp, RetryPolicy, after_transient_failure, is_expired
+from mailout.delivery.policy import (
+    GiveUp,
+    Reschedule,
+    RetryPolicy,
+    after_transient_failure,
+    is_expired,
+)
 from mailout.exceptions import RenderError
 from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
@@ -39,10 +46,9 @@ from mailout.models import (
 from mailout.support.logs import LogRecipients, SendLog, redact_addresses
 from mailout.transports.base import Decision, SendResult, Transport
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 SCHEMA_RECHECK_SECONDS = 60.0
-AFTER_UNKNOWN = "_after_unknown"  # a give-up parked for review: an earlier try may have sent it
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,23 @@ class Context:
 
 
 _CONTACT = {Decision.PAUSE: Contact.PAUSE, Decision.OUTAGE: Contact.OUTAGE}
+
+
+def _completion(msg: ClaimedMessage, ctx: Context, outcome: Outcome, status: Status,
+                **how: Any) -> Completion:
+    """How ``msg``'s attempt ended: the attempt's identity (row, lease, attempt number,
+    start, worker, recipient) from the claim, ``outcome`` and ``status``, and ``how``:
+    the rest of :class:`~mailout.models.Completion`'s fields."""
+    return Completion(id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts,
+                      outcome=outcome, status=status, started_at=msg.claimed_at,
+                      worker=ctx.worker, recipient=msg.recipient, **how)
+
+
+def _next_try(msg: ClaimedMessage, ctx: Context) -> Reschedule | GiveUp:
+    """When to try ``msg`` again after a transient failure under its queue's retry
+    policy, or why not to."""
+    return after_transient_failure(ctx.retry_policy(msg.queue), attempts=msg.attempts,
+                                   now=msg.claimed_at, expires_at=msg.expires_at, rng=ctx.rng)
 
 
 def decide(
@@ -149,9 +172,7 @@ def per_recipient(msg: ClaimedMessage, result: SendResult, completion: Completio
     completion = replace(completion, recipients=tuple(outcomes), settled=settled)
     if result.decision is Decision.SENT and waiting:
         # Sent to some, deferred for others: the row is retried for those alone.
-        step = after_transient_failure(
-            ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
-            expires_at=msg.expires_at, rng=ctx.rng)
+        step = _next_try(msg, ctx)
         if not isinstance(step, GiveUp):
             return replace(completion, outcome=Outcome.PARTIAL, status=Status.PENDING,
                            delay_seconds=max(step.delay_seconds, result.retry_after or 0.0),
@@ -167,8 +188,7 @@ def settle_row(completion: Completion, settled: dict[str, str],
     Recipients still waiting when the row gives up are settled ``dead``. A row
     nobody received keeps its status.
     """
-    final = completion.status.is_final or (
-        completion.status is Status.UNKNOWN and (completion.reason or "").endswith(AFTER_UNKNOWN))
+    final = completion.status.is_final or completion.parked_after_unknown
     if final:
         for address in waiting:
             settled[address] = Settled.DEAD.value
@@ -192,15 +212,8 @@ def _decide_message(
 ) -> Completion:
     """The row's next state after ``result``, as if the message had one recipient."""
     decision = result.decision
-    base = Completion(
-        id=msg.id,
-        lease_token=msg.lease_token,
-        attempt=msg.attempts,
-        outcome=Outcome.SENT,
-        status=Status.SENT,
-        started_at=msg.claimed_at,
-        worker=ctx.worker,
-        recipient=msg.recipient,
+    base = _completion(
+        msg, ctx, Outcome.SENT, Status.SENT,
         stage=result.stage,
         reply_code=result.code,
         enhanced_code=result.enhanced,
@@ -225,10 +238,7 @@ def _decide_message(
         return _outage(msg, base, result, outage_seconds or pause_seconds)
     # RETRY and UNKNOWN: resend later with the same Message-ID and key, so that
     # a provider that did accept the first copy can recognise the second.
-    step = after_transient_failure(
-        ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
-        expires_at=msg.expires_at, rng=ctx.rng,
-    )
+    step = _next_try(msg, ctx)
     if isinstance(step, GiveUp):
         return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
                                       reason=step.reason))
@@ -272,18 +282,15 @@ def _given_up(msg: ClaimedMessage, completion: Completion) -> Completion:
     """
     if msg.unknown_attempts == 0:
         return completion
-    return replace(completion, status=Status.UNKNOWN,
-                   reason=f"{completion.reason}{AFTER_UNKNOWN}")
+    return replace(completion, status=Status.UNKNOWN, parked_after_unknown=True)
 
 
 def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
     """A claimed message already past its age limit: dead without a send (sent, if
     some of its recipients got it on an earlier attempt)."""
-    completion = _given_up(msg, Completion(
-        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.DEAD,
-        status=Status.DEAD, started_at=msg.claimed_at, worker=ctx.worker,
-        recipient=msg.recipient, reason="max_age", detail="past its age limit when claimed",
-        uncharge=True,  # nothing was sent
+    completion = _given_up(msg, _completion(
+        msg, ctx, Outcome.DEAD, Status.DEAD, reason="max_age",
+        detail="past its age limit when claimed", uncharge=True,  # nothing was sent
     ))
     if not msg.settled:
         return completion
@@ -297,21 +304,16 @@ def parked(msg: ClaimedMessage, ctx: Context) -> Completion:
     Nothing is sent, so the claim's attempt is given back and not logged; the claim
     already logged the abandoned attempt as unknown.
     """
-    return Completion(
-        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.UNKNOWN,
-        status=Status.UNKNOWN, started_at=msg.claimed_at, worker=ctx.worker,
-        recipient=msg.recipient, reason="lease_expired" if msg.reclaimed else "unknown_held",
-        uncharge=True, logged=False,
+    return _completion(
+        msg, ctx, Outcome.UNKNOWN, Status.UNKNOWN,
+        reason="lease_expired" if msg.reclaimed else "unknown_held", uncharge=True,
+        logged=False,
     )
 
 
 def _guarded(msg: ClaimedMessage, ctx: Context, verdict: Verdict) -> Completion:
     """The completion for a message a send-time guard stopped."""
-    base = Completion(
-        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts,
-        outcome=Outcome.CANCELLED, status=Status.CANCELLED, started_at=msg.claimed_at,
-        worker=ctx.worker, recipient=msg.recipient, uncharge=True,
-    )
+    base = _completion(msg, ctx, Outcome.CANCELLED, Status.CANCELLED, uncharge=True)
     if isinstance(verdict, Cancel):
         return replace(base, reason=verdict.reason, detail=verdict.detail)
     if isinstance(verdict, Hold):
@@ -321,10 +323,7 @@ def _guarded(msg: ClaimedMessage, ctx: Context, verdict: Verdict) -> Completion:
                        reason="unknown_schema", detail=verdict.detail,
                        delay_seconds=SCHEMA_RECHECK_SECONDS, logged=False)
     assert isinstance(verdict, Retry)
-    step = after_transient_failure(
-        ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
-        expires_at=msg.expires_at, rng=ctx.rng,
-    )
+    step = _next_try(msg, ctx)
     retry = replace(base, outcome=Outcome.RETRY, uncharge=False, reason="check_failed",
                     detail=verdict.detail)
     if isinstance(step, GiveUp):
@@ -341,10 +340,8 @@ async def _verdict(msg: ClaimedMessage, ctx: Context) -> Verdict:
 
 
 def render_failed(msg: ClaimedMessage, ctx: Context, error: RenderError) -> Completion:
-    return Completion(
-        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts, outcome=Outcome.FAILED,
-        status=Status.FAILED, started_at=msg.claimed_at, worker=ctx.worker,
-        recipient=msg.recipient, reason="render_error",
+    return _completion(
+        msg, ctx, Outcome.FAILED, Status.FAILED, reason="render_error",
         # The error may quote an address: masked as MAILOUT_LOG_RECIPIENTS says.
         detail=redact_addresses(str(error), ctx.log_recipients)[:200],
     )
@@ -358,14 +355,9 @@ def crashed(msg: ClaimedMessage, ctx: Context, error: BaseException, *,
     ``dead`` at ``max_attempts``, with an alert); ``unknown`` when the content may
     already have been handed to the transport. Never left to lease expiry.
     """
-    step = after_transient_failure(
-        ctx.retry_policy(msg.queue), attempts=msg.attempts, now=msg.claimed_at,
-        expires_at=msg.expires_at, rng=ctx.rng,
-    )
-    base = Completion(
-        id=msg.id, lease_token=msg.lease_token, attempt=msg.attempts,
-        outcome=Outcome.UNKNOWN if handed_over else Outcome.RETRY, status=Status.PENDING,
-        started_at=msg.claimed_at, worker=ctx.worker, recipient=msg.recipient,
+    step = _next_try(msg, ctx)
+    base = _completion(
+        msg, ctx, Outcome.UNKNOWN if handed_over else Outcome.RETRY, Status.PENDING,
         reason="internal_error", detail=f"{type(error).__name__}: {error}"[:200],
     )
     if isinstance(step, GiveUp):
@@ -406,12 +398,15 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     try:
         verdict = await _verdict(msg, ctx)
     except Exception as exc:  # a bug in a guard: retry, charged, never send unchecked
-        log.error("guard crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__)
+        log.error("guard crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__,
+                  extra={"event": "guard_crashed", "outbox_id": msg.id, "key": msg.key,
+                         "error": type(exc).__name__})
         return _guarded(msg, ctx, Retry(f"{type(exc).__name__} in a send-time check"))
     if not isinstance(verdict, Proceed):
         # The verdict may quote an address or an application's exception text.
         log.info("guard stopped id=%s key=%s: %s", msg.id, msg.key,
-                 redact_addresses(str(verdict), ctx.log_recipients))
+                 redact_addresses(str(verdict), ctx.log_recipients),
+                 extra={"event": "guard_stopped", "outbox_id": msg.id, "key": msg.key})
         return _guarded(msg, ctx, verdict)
     msg = verdict.message
     if msg.has_attachments and ctx.load_attachments is not None:
@@ -429,10 +424,14 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
         result = await (resend.transport if resend is not None else ctx.transport).send(envelope)
     except RenderError as exc:
         log.error("render failed id=%s key=%s template=%s: %s", msg.id, msg.key,
-                  msg.template, redact_addresses(exc.reason, ctx.log_recipients))
+                  msg.template, redact_addresses(exc.reason, ctx.log_recipients),
+                  extra={"event": "render_failed", "outbox_id": msg.id, "key": msg.key,
+                         "template": msg.template})
         return render_failed(msg, ctx, exc)
     except Exception as exc:  # a transport bug: it may have sent, so not "failed"
-        log.error("transport crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__)
+        log.error("transport crashed id=%s key=%s: %s", msg.id, msg.key, type(exc).__name__,
+                  extra={"event": "transport_crashed", "outbox_id": msg.id, "key": msg.key,
+                         "error": type(exc).__name__})
         return crashed(msg, ctx, exc, handed_over=True)
     _, window = key_window(ctx.transport, result.transport or ctx.transport.name)
     left = window_left(window, msg.unknown_since or msg.claimed_at, msg.claimed_at)

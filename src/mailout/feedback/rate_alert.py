@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mailout.db import delivery_events
 from mailout.support.alerts import Alert, Alerts
 
-log = logging.getLogger("mailout.ingest")
+log = logging.getLogger(__name__)
 
 CHECK_EVERY_SECONDS = 60.0
 
@@ -84,7 +84,8 @@ class RateMonitor:
             self._checked_at = time.monotonic()
             self.check()
         except SQLAlchemyError as exc:
-            log.warning("rate check failed (%s)", type(exc).__name__)
+            log.warning("rate check failed (%s)", type(exc).__name__,
+                        extra={"event": "rate_check_failed", "error": type(exc).__name__})
         finally:
             self._lock.release()
 

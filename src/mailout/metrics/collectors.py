@@ -17,7 +17,7 @@ from mailout.db import stats
 from mailout.models import Status
 from mailout.support.alerts import Alerts
 
-log = logging.getLogger("mailout.metrics.prometheus")
+log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 1.0  # a scrape result is reused this long: scrapes cannot hammer the DB
 LOCK_WAIT_SECONDS = 2.0
@@ -73,7 +73,8 @@ class QueueCollector:
         except Exception as exc:  # any failure: omit the queue series, keep /metrics up
             self.errors += 1
             log.warning("metrics: queue query failed, queue series omitted: %s",
-                        type(exc).__name__)
+                        type(exc).__name__,
+                        extra={"event": "metrics_queue_query_failed", "error": type(exc).__name__})
             return []
         counts: dict[str, dict[str, float]] = {}
         ages: dict[str, float] = {}

@@ -39,7 +39,7 @@ from mailout.metrics.collectors import CACHE_SECONDS, AlertCollector, QueueColle
 from mailout.metrics.observer import NullObserver, WorkerView
 from mailout.models import ClaimedMessage, Completion, Outcome
 
-log = logging.getLogger("mailout.metrics.prometheus")
+log = logging.getLogger(__name__)
 
 ATTEMPT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
@@ -134,7 +134,8 @@ class PrometheusObserver:
         except Exception:  # a metrics bug must never keep an attempt from being recorded
             if not self._failed_once:
                 self._failed_once = True
-                log.exception("metrics: could not record an attempt")
+                log.exception("metrics: could not record an attempt",
+                              extra={"event": "metrics_record_failed", "outbox_id": msg.id})
 
     def reclaimed(self, msg: ClaimedMessage) -> None:
         self.reclaims.labels(msg.queue).inc()
@@ -293,7 +294,9 @@ def start_metrics_server(port: int, worker: WorkerView, *, host: str = DEFAULT_H
     thread.start()
     server = MetricsServer(httpd, thread)
     log.info("metrics and health on %s:%d (/metrics, /healthz, /readyz)",
-             server.host or ALL_INTERFACES, server.port)
+             server.host or ALL_INTERFACES, server.port,
+             extra={"event": "metrics_listening", "host": server.host or ALL_INTERFACES,
+                    "port": server.port})
     return server
 
 
@@ -343,7 +346,8 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 body = encoder(observer.registry)
             except Exception:
-                log.exception("metrics: collecting failed")
+                log.exception("metrics: collecting failed",
+                              extra={"event": "metrics_collect_failed"})
                 self._reply(500, b"collecting metrics failed\n", "text/plain")
                 return
             self._reply(200, body, content_type)
@@ -364,4 +368,4 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("metrics http: %s", format % args)
+        log.debug("metrics http: %s", format % args, extra={"event": "metrics_http"})

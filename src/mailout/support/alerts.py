@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from mailout.exceptions import ConfigError
 from mailout.support.logs import LogRecipients, redact_addresses
 
-log = logging.getLogger("mailout.alerts")
+log = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT = 5.0  # the whole POST: connect, send, status and answer
 MAX_ANSWER = 64 * 1024  # read (and ignore) at most this much of the answer
@@ -85,7 +85,7 @@ class Alerts:
         log.log(level, "alert %s: %s %s", alert.kind,
                 redact_addresses(alert.summary, self._log_recipients),
                 redact_addresses(str(alert.details), self._log_recipients),
-                extra={"alert_kind": alert.kind})
+                extra={"event": "alert", "alert_kind": alert.kind})
         if self._callback is None and self._webhook_url is None:
             return
         with self._start_lock:
@@ -99,7 +99,8 @@ class Alerts:
             self.stats["dropped"] += 1
             if self.stats["dropped"] == 1 or self.stats["dropped"] % 100 == 0:
                 log.error("alert queue full: %d alerts dropped so far (they are logged above)",
-                          self.stats["dropped"])
+                          self.stats["dropped"],
+                          extra={"event": "alerts_dropped", "count": self.stats["dropped"]})
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued, waiting at most ``timeout`` seconds (default: one
@@ -124,13 +125,17 @@ class Alerts:
                     self._callback(alert)
                 except Exception:
                     ok = False
-                    log.exception("alert callback failed for %s", alert.kind)
+                    log.exception("alert callback failed for %s", alert.kind,
+                                  extra={"event": "alert_callback_failed",
+                                         "alert_kind": alert.kind})
             if self._webhook_url is not None:
                 try:
                     ok = self._post(alert) and ok
                 except Exception:  # a bug here must not stop the thread: later alerts wait
                     ok = False
-                    log.exception("alert webhook crashed on a %s alert", alert.kind)
+                    log.exception("alert webhook crashed on a %s alert", alert.kind,
+                                  extra={"event": "alert_webhook_crashed",
+                                         "alert_kind": alert.kind})
             self.stats["delivered" if ok else "failed"] += 1
 
     def _post(self, alert: Alert) -> bool:
@@ -141,10 +146,14 @@ class Alerts:
             problem = _post_once(self._webhook_url, body, self._timeout)
             if problem is None:
                 return True
-            log.warning("alert webhook attempt %d/%d failed: %s", attempt, self._tries, problem)
+            log.warning("alert webhook attempt %d/%d failed: %s", attempt, self._tries, problem,
+                        extra={"event": "alert_webhook_failed", "alert_kind": alert.kind,
+                               "try": attempt})
             if attempt < self._tries:
                 time.sleep(0.5 * attempt)
-        log.error("alert webhook gave up on a %s alert after %d tries", alert.kind, self._tries)
+        log.error("alert webhook gave up on a %s alert after %d tries", alert.kind, self._tries,
+                  extra={"event": "alert_webhook_gave_up", "alert_kind": alert.kind,
+                         "tries": self._tries})
         return False
 
 

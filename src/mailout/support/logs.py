@@ -190,9 +190,11 @@ def log_send(
         "enhanced_code": completion.enhanced_code,
         "stage": stage,
         "duration_ms": round(seconds * 1000, 1),
-        "reason": completion.reason,
+        "reason": completion.row_reason,
         "provider_message_id": completion.provider_message_id,
     }
+    if completion.parked_after_unknown:
+        fields["parked_after_unknown"] = True
     text = SEND_FORMAT
     shown = recipient_for_log(completion.recipient, recipients)
     if shown is not None:

@@ -34,7 +34,7 @@ from mailout.message.envelope import Envelope
 from mailout.transports.base import CheckResult, Decision, SendResult, Transport
 from mailout.transports.spec import KEEP_HEADER, TransportSpec
 
-log = logging.getLogger("mailout.transports")
+log = logging.getLogger(__name__)
 
 DOWN_SECONDS: Final = 30.0  # a member that failed is skipped this long at first
 DOWN_CAP: Final = 600.0  # and never longer than this
@@ -146,11 +146,16 @@ class MultiTransport:
         member.backoff = min(member.backoff * 2 or self._down_seconds, self._down_cap)
         member.down_until = self._clock() + member.backoff
         log.warning("%s: transport %s is down for %.0fs (%s)", self.name, member.label,
-                    member.backoff, result.reason)
+                    member.backoff, result.reason,
+                    extra={"event": "member_down", "transport": self.name,
+                           "member": member.label, "seconds": member.backoff,
+                           "reason": result.reason})
 
     def _up(self, member: _Member) -> None:
         if member.backoff:
-            log.warning("%s: transport %s is back", self.name, member.label)
+            log.warning("%s: transport %s is back", self.name, member.label,
+                        extra={"event": "member_back", "transport": self.name,
+                               "member": member.label})
         member.backoff = 0.0
         member.down_until = 0.0
 

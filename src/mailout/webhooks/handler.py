@@ -31,7 +31,7 @@ from mailout.webhooks import base
 from mailout.webhooks.base import Receiver, Request, WebhookError
 from mailout.webhooks.settings import WebhookSettings
 
-log = logging.getLogger("mailout.webhooks")
+log = logging.getLogger(__name__)
 
 PRUNE_EVERY_SECONDS = 300.0
 
@@ -106,14 +106,19 @@ class WebhookHandler:
         try:
             reply = self._handle(provider, receiver, headers, body, query or {})
         except WebhookError as exc:
-            log.warning("webhook %s refused: %s %s", provider, exc.status, exc.code)
+            log.warning("webhook %s refused: %s %s", provider, exc.status, exc.code,
+                        extra={"event": "webhook_refused", "provider": provider,
+                               "status": exc.status, "error": exc.code})
             reply = Reply(exc.status, {"error": exc.code, "reason": exc.reason})
         except SQLAlchemyError as exc:
             log.error("webhook %s: database error (%s); answered 503 for a retry",
-                      provider, type(exc).__name__)
+                      provider, type(exc).__name__,
+                      extra={"event": "webhook_database_error", "provider": provider,
+                             "error": type(exc).__name__})
             reply = Reply(503, {"error": "unavailable", "reason": "database error, retry"})
         except Exception:  # a bug: the provider retries, the traceback (no body) is logged
-            log.exception("webhook %s: unexpected error", provider)
+            log.exception("webhook %s: unexpected error", provider,
+                          extra={"event": "webhook_crashed", "provider": provider})
             reply = Reply(500, {"error": "internal", "reason": "internal error"})
         result = "ok" if reply.status < 300 else str(reply.body.get("error"))
         self.requests.labels(provider, result).inc()
@@ -126,7 +131,9 @@ class WebhookHandler:
         reply = Reply(413, {"error": base.TOO_LARGE, "reason": "the body is larger than "
                             f"{self.settings.max_bytes} bytes"})
         self.requests.labels(provider, base.TOO_LARGE).inc()
-        log.warning("webhook %s refused: 413 %s", provider, base.TOO_LARGE)
+        log.warning("webhook %s refused: 413 %s", provider, base.TOO_LARGE,
+                    extra={"event": "webhook_refused", "provider": provider, "status": 413,
+                           "error": base.TOO_LARGE})
         return reply
 
     def _handle(self, provider: str, receiver: Receiver, headers: Mapping[str, str],
@@ -148,7 +155,11 @@ class WebhookHandler:
         if result.stored or parsed.ignored:
             log.info("webhook %s: %d stored, %d duplicate, %d unmatched, %d ignored, "
                      "%d suppressed", provider, result.stored, result.duplicates,
-                     result.unmatched, parsed.ignored, len(result.suppressed))
+                     result.unmatched, parsed.ignored, len(result.suppressed),
+                     extra={"event": "webhook_ingested", "provider": provider,
+                            "stored": result.stored, "duplicates": result.duplicates,
+                            "unmatched": result.unmatched, "ignored": parsed.ignored,
+                            "suppressed": len(result.suppressed)})
         return Reply(200, {"stored": result.stored, "duplicates": result.duplicates,
                            "matched": result.matched, "unmatched": result.unmatched,
                            "ignored": parsed.ignored, "suppressed": len(result.suppressed),
@@ -168,7 +179,8 @@ class WebhookHandler:
                 with self.engine.begin() as conn:
                     prune_nonces(conn, keep)
             except SQLAlchemyError as exc:
-                log.warning("webhooks: pruning old nonces failed (%s)", type(exc).__name__)
+                log.warning("webhooks: pruning old nonces failed (%s)", type(exc).__name__,
+                            extra={"event": "nonce_prune_failed", "error": type(exc).__name__})
             finally:
                 self._prune_lock.release()
         self.monitor.maybe_check()

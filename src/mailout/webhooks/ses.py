@@ -67,7 +67,7 @@ from mailout.webhooks.base import (
 )
 from mailout.webhooks.settings import WebhookSettings
 
-log = logging.getLogger("mailout.webhooks")
+log = logging.getLogger(__name__)
 
 SNS_HOST = re.compile(r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?")
 FETCH_TIMEOUT = 10.0
@@ -194,7 +194,8 @@ class SesReceiver:
             cert = x509.load_pem_x509_certificate(pem)
         except (OSError, ValueError) as exc:
             log.warning("SNS: fetching the signing certificate failed (%s)",
-                        type(exc).__name__)
+                        type(exc).__name__,
+                        extra={"event": "sns_certificate_failed", "error": type(exc).__name__})
             raise WebhookError(503, "certificate_unavailable",
                                "the signing certificate could not be fetched") from None
         with self._lock:
@@ -209,16 +210,19 @@ class SesReceiver:
         self._check_url(url, "SubscribeURL")
         if not self._auto_confirm:
             log.warning("SNS subscription for %s awaits confirmation "
-                        "(MAILOUT_WEBHOOK_SES_AUTO_CONFIRM is off)", doc.get("TopicArn"))
+                        "(MAILOUT_WEBHOOK_SES_AUTO_CONFIRM is off)", doc.get("TopicArn"),
+                        extra={"event": "sns_subscription_waiting", "topic": doc.get("TopicArn")})
             return False
         try:
             _fetch(url, self._context_for(url), MAX_CERT_BYTES)
         except OSError as exc:
-            log.warning("SNS: confirming the subscription failed (%s)", type(exc).__name__)
+            log.warning("SNS: confirming the subscription failed (%s)", type(exc).__name__,
+                        extra={"event": "sns_confirmation_failed", "error": type(exc).__name__})
             raise WebhookError(503, "confirmation_failed",
                                "the subscription could not be confirmed; SNS will retry"
                                ) from None
-        log.info("SNS subscription to %s confirmed", doc.get("TopicArn"))
+        log.info("SNS subscription to %s confirmed", doc.get("TopicArn"),
+                 extra={"event": "sns_subscription_confirmed", "topic": doc.get("TopicArn")})
         return True
 
 

@@ -28,7 +28,7 @@ from mailout.worker.config import EventLoop, Settings
 from mailout.worker.options import Options
 from mailout.worker.runtime import Worker, make_rng, worker_name
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 NO_NOTIFY_POLL = 0.2  # no NOTIFY to wake workers (SQLite, MySQL): poll more often
 NOTIFY_POLL = 1.0  # NOTIFY wakes workers at once; polling is only the safety net
@@ -116,10 +116,13 @@ def _guards(settings: Settings) -> Guards:
     )
     if guards.redirect_to:
         log.warning("*** MAILOUT_REDIRECT_TO is set: EVERY message goes to %s instead of "
-                    "its recipient ***", guards.redirect_to)
+                    "its recipient ***", guards.redirect_to,
+                    extra={"event": "redirect_set", "redirect_to": guards.redirect_to})
     if guards.allow_domains is not None:
+        allowed = ", ".join(sorted(guards.allow_domains))
         log.warning("*** MAILOUT_ALLOW_DOMAINS is set: messages to other domains than %s "
-                    "are cancelled ***", ", ".join(sorted(guards.allow_domains)))
+                    "are cancelled ***", allowed,
+                    extra={"event": "allow_domains_set", "allow_domains": allowed})
     return guards
 
 

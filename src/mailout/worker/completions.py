@@ -26,7 +26,7 @@ from mailout import db
 from mailout.db import outcomes
 from mailout.models import Completion
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 200
 TARGET_BATCH = 50  # write at once when this many wait
@@ -94,7 +94,9 @@ class CompletionWriter:
                 fenced = await asyncio.to_thread(self._write, batch)
             except (OperationalError, DBAPIError) as exc:
                 log.warning("could not record %d completions, retrying in %.1fs: %s",
-                            len(batch), backoff, type(exc).__name__)
+                            len(batch), backoff, type(exc).__name__,
+                            extra={"event": "completions_retry", "count": len(batch),
+                                   "seconds": backoff, "error": type(exc).__name__})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
@@ -102,7 +104,8 @@ class CompletionWriter:
             del self._buffer[: len(batch)]
             if fenced:
                 log.warning("lease lost before completion for ids %s; left to their new owner",
-                            sorted(fenced))
+                            sorted(fenced),
+                            extra={"event": "lease_lost", "outbox_ids": sorted(fenced)})
             self._on_written(batch, fenced)
         self._idle.set()
         self._held.close()

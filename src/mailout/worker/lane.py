@@ -31,7 +31,7 @@ from mailout.worker.operator_pauses import PauseCache
 from mailout.worker.options import Options
 from mailout.worker.ratelimit import TokenBucket
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 DB_RETRY_CAP = 30.0
 
@@ -100,7 +100,9 @@ class LaneRunner:
             except (OperationalError, DBAPIError) as exc:
                 self.worker.observer.database(False)
                 log.warning("claim failed in lane %s, retrying in %.1fs: %s", self.lane.name,
-                            db_backoff, type(exc).__name__)
+                            db_backoff, type(exc).__name__,
+                            extra={"event": "claim_failed", "lane": self.lane.name,
+                                   "seconds": db_backoff, "error": type(exc).__name__})
                 await self._sleep(db_backoff)
                 db_backoff = min(db_backoff * 2, DB_RETRY_CAP)
                 continue
@@ -196,7 +198,8 @@ class LaneRunner:
         if msg.reclaimed:
             self.worker.observer.reclaimed(msg)
             log.warning("reclaimed id=%s key=%s after an expired lease; the earlier attempt's "
-                        "outcome is unknown", msg.id, msg.key)
+                        "outcome is unknown", msg.id, msg.key,
+                        extra={"event": "reclaimed", "outbox_id": msg.id, "key": msg.key})
         opts = self.worker.options
         task = asyncio.create_task(
             attempt.run(msg, self.ctx, pause_seconds=opts.pause_seconds,
@@ -219,7 +222,9 @@ class LaneRunner:
             # A bug, not a delivery problem. attempt.run already turns every error
             # before the send into a decision; this is the last net, so that no
             # exception leaves a row to wait for its lease to expire.
-            log.error("attempt for id=%s crashed: %s", msg.id, type(exc).__name__)
+            log.error("attempt for id=%s crashed: %s", msg.id, type(exc).__name__,
+                      extra={"event": "attempt_crashed", "outbox_id": msg.id,
+                             "error": type(exc).__name__})
             completion = attempt.crashed(msg, self.ctx, exc, handed_over=handed_over)
         else:
             completion = task.result()
@@ -233,7 +238,8 @@ class LaneRunner:
         if not tasks:
             return
         log.info("lane %s: waiting up to %.0fs for %d in-flight sends", self.lane.name,
-                 grace, len(tasks))
+                 grace, len(tasks), extra={"event": "lane_draining", "lane": self.lane.name,
+                                           "seconds": grace, "count": len(tasks)})
         _done, pending = await asyncio.wait(tasks, timeout=grace)
         # Rows whose attempt never reached the transport go back to pending at once,
         # uncharged; those cut off mid-send are left to their lease (outcome unknown).
@@ -246,10 +252,14 @@ class LaneRunner:
         if unstarted:
             try:
                 released = await asyncio.to_thread(self._release, unstarted)
-                log.info("lane %s: released %d unstarted rows", self.lane.name, released)
+                log.info("lane %s: released %d unstarted rows", self.lane.name, released,
+                         extra={"event": "lane_released", "lane": self.lane.name,
+                                "count": released})
             except (OperationalError, DBAPIError) as exc:
                 log.warning("could not release %d rows, their leases will expire: %s",
-                            len(unstarted), type(exc).__name__)
+                            len(unstarted), type(exc).__name__,
+                            extra={"event": "release_failed", "lane": self.lane.name,
+                                   "count": len(unstarted), "error": type(exc).__name__})
 
     def _release(self, leases: list[tuple[int, str]]) -> int:
         with self.worker.engine.begin() as conn:

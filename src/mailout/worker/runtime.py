@@ -2,8 +2,10 @@
 
 Each lane (:mod:`mailout.worker.lane`) claims and sends for its own queues. The worker
 holds the shared parts and hands each step to its module: recording
-(:mod:`completions`), the pause after configuration errors (:mod:`breaker`), alerts
-(:mod:`alerts`), lease heartbeats, NOTIFY wakeups (:mod:`wakeup`) and shutdown.
+(:mod:`mailout.worker.completions`), the pause and outage breakers
+(:mod:`mailout.worker.breaker`), alerts (:mod:`mailout.support.alerts`), and NOTIFY
+wakeups (:mod:`mailout.db.notifications`, PostgreSQL's LISTEN); it runs the lease
+heartbeat and the shutdown itself.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from mailout.worker.operator_pauses import PauseCache
 from mailout.worker.options import Options
 from mailout.worker.ratelimit import TokenBucket
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 
 def worker_name() -> str:
@@ -93,7 +95,8 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; in-flight sends finish (up to the grace period)."""
         if not self.stopping:
-            log.info("worker %s stopping", self.name)
+            log.info("worker %s stopping", self.name,
+                     extra={"event": "worker_stopping", "worker": self.name})
         self.stopping = True
         for lane in self.lanes:
             lane.wake.set()
@@ -112,9 +115,12 @@ class Worker:
             url = self.engine.url.render_as_string(hide_password=False)
             helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
                                                name="mailout-listen"))
-        log.info("worker %s started: lanes %s; event loop %s", self.name, ", ".join(
-            f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"
-            for r in self.lanes), type(asyncio.get_running_loop()).__module__.split(".")[0])
+        lanes = ", ".join(f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"
+                          for r in self.lanes)
+        kind = type(loop).__module__.split(".")[0]
+        log.info("worker %s started: lanes %s; event loop %s", self.name, lanes, kind,
+                 extra={"event": "worker_started", "worker": self.name, "lanes": lanes,
+                        "event_loop": kind})
         try:
             await asyncio.gather(*(lane.run() for lane in self.lanes))
             await asyncio.gather(*(lane.drain(self.opts.shutdown_grace) for lane in self.lanes))
@@ -181,23 +187,29 @@ class Worker:
                                     "worker": self.name}))
         # The detail is mailout check's diagnosis: which setting to look at.
         log.error("transport paused for %.0fs: %s (code %s)%s", trip.seconds, reason,
-                  c.reply_code, f": {c.detail}" if c.detail else "")
+                  c.reply_code, f": {c.detail}" if c.detail else "",
+                  extra={"event": "transport_paused", "seconds": trip.seconds,
+                         "reason": reason, "smtp_code": c.reply_code})
 
     def _outage(self, c: Completion, reason: str, trip: Trip) -> None:
         if trip.opened:
             self.observer.outage(reason)
             log.error("transport outage started: %s at %s%s; messages stay pending, "
                       "uncharged; first probe in %.0fs", reason, c.stage or "-",
-                      f" ({c.detail})" if c.detail else "", trip.seconds)
+                      f" ({c.detail})" if c.detail else "", trip.seconds,
+                      extra={"event": "outage_started", "reason": reason, "stage": c.stage,
+                             "seconds": trip.seconds})
         else:
             log.warning("transport outage continues: probe failed (%s); next probe in %.0fs",
-                        reason, trip.seconds)
+                        reason, trip.seconds,
+                        extra={"event": "outage_continues", "reason": reason,
+                               "seconds": trip.seconds})
 
     def _end_pause(self) -> None:
         if self.breakers.pause.close():
             self.observer.paused(None)
             self.alerts.fire(Alert("resumed", "sending resumed", {"worker": self.name}))
-            log.warning("transport resumed")
+            log.warning("transport resumed", extra={"event": "transport_resumed"})
 
     def _end_outage(self) -> None:
         outage = self.breakers.outage
@@ -206,7 +218,9 @@ class Worker:
             return
         self.observer.outage(None)
         log.warning("transport outage ended after %.0fs (%s, %d failed probes): sending "
-                    "resumed", lasted, reason, probes)
+                    "resumed", lasted, reason, probes,
+                    extra={"event": "outage_ended", "seconds": lasted, "reason": reason,
+                           "failed_probes": probes})
         if self._outage_alerted:
             self._outage_alerted = False
             self.alerts.fire(Alert("outage_ended", f"transport outage ended after {lasted:.0f}s",
@@ -230,7 +244,8 @@ class Worker:
         if c.detail in self._held_alerted:
             return
         self._held_alerted.add(c.detail or "")
-        log.error("message %s left pending: %s", c.id, c.detail)
+        log.error("message %s left pending: %s", c.id, c.detail,
+                  extra={"event": "held", "outbox_id": c.id, "reason": c.reason})
         self.alerts.fire(Alert("held", f"messages left pending: {c.detail}",
                                {"id": c.id, "reason": c.reason, "worker": self.name}))
 
@@ -271,7 +286,8 @@ class Worker:
             try:
                 await asyncio.to_thread(self._extend, held)
             except (OperationalError, DBAPIError) as exc:
-                log.warning("lease heartbeat failed: %s", type(exc).__name__)
+                log.warning("lease heartbeat failed: %s", type(exc).__name__,
+                            extra={"event": "heartbeat_failed", "error": type(exc).__name__})
 
     def _extend(self, held: list[tuple[int, str]]) -> None:
         with self.engine.begin() as conn:

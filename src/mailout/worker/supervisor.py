@@ -22,7 +22,7 @@ from types import FrameType
 
 from mailout.delivery.policy import Lane
 
-log = logging.getLogger("mailout.worker.runtime")
+log = logging.getLogger(__name__)
 
 RESTART_PAUSE = 1.0
 
@@ -99,7 +99,9 @@ def supervise(processes: int, child_args: Sequence[str], *, until_idle: bool,
                 for i, code in enumerate(codes):
                     if code is not None:
                         log.error("worker process %d exited with %s; restarting it",
-                                  children[i].pid, code)
+                                  children[i].pid, code,
+                                  extra={"event": "worker_exited", "pid": children[i].pid,
+                                         "exit_code": code})
                         time.sleep(RESTART_PAUSE)
                         children[i] = start(i)
             time.sleep(0.2)

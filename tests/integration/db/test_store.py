@@ -229,3 +229,21 @@ def test_a_batch_completes_held_rows_and_fences_the_rest(engine: Engine) -> None
         (first[0].id, "unknown"),  # logged by w2's claim, which took the row over
         (first[0].id, "sent"), (first[1].id, "sent"), (first[2].id, "failed")]
     assert "lease lost" in (logged[1].detail or "")
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_give_up_parked_after_an_unknown_outcome_keeps_that_in_its_reason(
+        engine: Engine, batch: int) -> None:
+    """Completion.parked_after_unknown is stored as the reason operators read
+    (``max_attempts_after_unknown``, docs/operations.md), one row or a batch."""
+    ids = add(engine, batch)
+    done = [Completion(id=c.id, lease_token=c.lease_token, attempt=c.attempts,
+                       outcome=Outcome.DEAD, status=Status.UNKNOWN, started_at=c.claimed_at,
+                       worker="w1", recipient=c.recipient, reason="max_attempts",
+                       parked_after_unknown=True)
+            for c in claim(engine, limit=batch)]
+    with engine.begin() as conn:
+        assert outcomes.complete(conn, done) == []
+    for rid in ids:
+        row = status_of(engine, rid)
+        assert (row["status"], row["reason"]) == ("unknown", "max_attempts_after_unknown")

@@ -54,7 +54,7 @@ def test_failures_are_counted_and_the_thread_carries_on(caplog: pytest.LogCaptur
 
     alerts = Alerts(callback, url, tries=2, timeout=1)
     t0 = time.monotonic()
-    with caplog.at_level(logging.DEBUG, logger="mailout.alerts"):
+    with caplog.at_level(logging.DEBUG, logger="mailout.support.alerts"):
         alerts.fire(Alert("dead", "message 1 is dead", {"reply_text": "550 <ann@example.com>"}))
         alerts.fire(Alert("resumed", "sending resumed"))
         alerts.close()
@@ -69,7 +69,7 @@ def test_failures_are_counted_and_the_thread_carries_on(caplog: pytest.LogCaptur
 
 def test_without_hooks_alerts_are_only_logged(caplog: pytest.LogCaptureFixture) -> None:
     alerts = Alerts()
-    with caplog.at_level(logging.WARNING, logger="mailout.alerts"):
+    with caplog.at_level(logging.WARNING, logger="mailout.support.alerts"):
         alerts.fire(Alert("paused", "sending paused: bad_credentials"))
     alerts.close()
     assert caplog.records[0].levelno == logging.ERROR

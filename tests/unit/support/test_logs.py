@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
@@ -9,9 +10,11 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+import mailout
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
 from mailout.support.logs import (
     JsonFormatter,
@@ -273,3 +276,44 @@ def test_send_log_summary_with_info_off_logs_nothing(caplog: pytest.LogCaptureFi
     send_log.add(_claimed(), _completion(), stage="body", seconds=0.01)
     send_log.flush()
     assert caplog.records == []
+
+
+def _source_modules() -> list[tuple[str, ast.Module]]:
+    package = Path(mailout.__file__).parent
+    return [(str(p.relative_to(package.parent)), ast.parse(p.read_text(encoding="utf-8")))
+            for p in sorted(package.rglob("*.py")) if "migrations" not in p.parts]
+
+
+def test_every_module_logs_under_its_own_name() -> None:
+    """``logging.getLogger(__name__)``: a line says which module wrote it, and a
+    module's level can be set alone. Only the package's root logger is named."""
+    named = []
+    for where, tree in _source_modules():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "getLogger" and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value != "mailout"
+                    and str(node.args[0].value).startswith("mailout")):
+                named.append(f"{where}:{node.lineno} {node.args[0].value}")
+    assert named == []
+
+
+_LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+
+
+def test_every_log_line_names_its_event_in_a_structured_field() -> None:
+    """Each ``log.<level>(...)`` passes ``extra={"event": ...}``: in JSON logs every line
+    can be selected by what happened, not by parsing its message."""
+    missing = []
+    for where, tree in _source_modules():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _LEVELS and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "log"):
+                continue
+            extra = next((k.value for k in node.keywords if k.arg == "extra"), None)
+            if not (isinstance(extra, ast.Dict) and any(
+                    isinstance(k, ast.Constant) and k.value == "event" for k in extra.keys)):
+                missing.append(f"{where}:{node.lineno}")
+    assert missing == []

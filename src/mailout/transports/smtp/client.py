@@ -75,7 +75,7 @@ from mailout.transports.smtp.transaction import (
     transaction,
 )
 
-log = logging.getLogger("mailout.transports.smtp.client")
+log = logging.getLogger(__name__)
 
 QUIT_TIMEOUT: Final = 2.0  # seconds allowed for a polite QUIT when closing
 _OPEN_TRANSACTION: Final = (Stage.MAIL, Stage.RCPT, Stage.DATA)  # a reply here needs RSET
@@ -273,7 +273,9 @@ class SmtpTransport:
         attempt.smtp, attempt.stage = smtp, Stage.CONNECT
         attempt.reply = reply_of(await smtp.connect())
         keep_replies(smtp)
-        log.debug("opened SMTP connection to %s:%d", settings.host, settings.port)
+        log.debug("opened SMTP connection to %s:%d", settings.host, settings.port,
+                  extra={"event": "smtp_connected", "host": settings.host,
+                         "port": settings.port})
         attempt.stage = Stage.EHLO
         attempt.reply = reply_of(await smtp.ehlo())
         if settings.tls is TlsMode.STARTTLS:

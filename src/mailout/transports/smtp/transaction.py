@@ -43,7 +43,7 @@ from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, 
 if TYPE_CHECKING:
     from mailout.transports.smtp.pool import Waiter
 
-log = logging.getLogger("mailout.transports.smtp.client")
+log = logging.getLogger(__name__)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f<>]")
 _LINE_ENDINGS = re.compile(rb"\r\n|\n|\r(?!\n)")  # as aiosmtplib's protocol does
@@ -306,7 +306,7 @@ async def abandon_data(smtp: aiosmtplib.SMTP) -> None:
     The server must deliver nothing; if it does not answer, the connection goes.
     """
     log.warning("SMTP server accepted DATA after refusing the recipient; sent an empty "
-                "message to close the transaction")
+                "message to close the transaction", extra={"event": "smtp_empty_data"})
     try:
         protocol = protocol_of(smtp)
         protocol._response_pending = True
@@ -399,5 +399,6 @@ def wire_content(data: bytes, *, crlf_only: bool = False) -> bytes:
 def discard(smtp: aiosmtplib.SMTP) -> None:
     """Close ``smtp`` without a QUIT: its state is unknown or it is out of step."""
     if smtp.is_connected:
-        log.debug("closing SMTP connection to %s:%s", smtp.hostname, smtp.port)
+        log.debug("closing SMTP connection to %s:%s", smtp.hostname, smtp.port,
+                  extra={"event": "smtp_closing", "host": smtp.hostname, "port": smtp.port})
     smtp.close()
