@@ -1,0 +1,282 @@
+"""How well mailout reads real bounces: ``python -m bench.bounces [CORPUS ...]``.
+
+CORPUS is ``flufl`` (the default: flufl.bounce's test messages from PyPI) or a directory
+of messages, e.g. a checkout of Sisimai's ``set-of-emails/maildir/bsd``. Every message is
+parsed as ``mailout bounces ingest`` would, and compared with Sisimai's reading of it
+(:mod:`bench.bounce_corpus`). Printed per corpus:
+
+- parsed / refused / crashed: RFC 3464 and RFC 5965 messages (those with a
+  ``message/delivery-status`` or ``message/feedback-report`` part) that gave events, that
+  were refused, and any message of any kind that raised something other than a refusal,
+  also in CRLF, CR and truncated copies;
+- address accuracy: of the recipients Sisimai finds in RFC-format messages, those
+  mailout reports;
+- verdict accuracy: of those, the ones whose hard/soft/complaint verdict agrees;
+- status accuracy: of those with an enhanced status code, the ones whose code agrees;
+- soft->hard: recipients Sisimai calls soft that mailout calls hard (these would
+  suppress a working mailbox), also as a share of Sisimai's soft ones;
+- junk addresses: addresses mailout reports that Sisimai does not and that are not
+  valid addr-specs;
+- non-RFC: messages in no RFC format for which Sisimai finds a recipient; how many
+  mailout reads with the right address, and how many of those carry a Message-ID or a
+  return path to link them by.
+
+``--verbose`` lists every disagreement. ``--json`` prints the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from email.message import Message
+from typing import Any
+
+from bench.bounce_corpus import (
+    VERDICT_COMPLAINT,
+    VERDICT_HARD,
+    VERDICT_NONE,
+    VERDICT_SOFT,
+    CorpusUnavailable,
+    Sample,
+    load,
+)
+
+_REPORT_TYPES = frozenset({"message/delivery-status", "message/global-delivery-status",
+                           "message/feedback-report"})
+_STATUS = re.compile(r"\b[245]\.\d{1,3}\.\d{1,3}\b")
+_ADDR_SPEC = re.compile(r"[^\s@<>()\[\],;:\"]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+@dataclass
+class Score:
+    """The figures for one corpus (see the module docstring)."""
+
+    messages: int = 0
+    rfc_format: int = 0
+    parsed: int = 0
+    refused: int = 0
+    crashed: int = 0
+    variants: int = 0  # copies parsed for crashes (CRLF, CR, truncated)
+    recipients: int = 0
+    addresses_right: int = 0
+    verdicts_judged: int = 0
+    verdicts_right: int = 0
+    statuses_judged: int = 0
+    statuses_right: int = 0
+    oracle_soft: int = 0
+    soft_to_hard: int = 0
+    hard_verdicts: int = 0
+    hard_right: int = 0
+    junk_addresses: int = 0
+    non_rfc_with_address: int = 0
+    non_rfc_read: int = 0
+    non_rfc_linkable: int = 0
+    mailman_expected: int = 0
+    mailman_found: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def share(self, part: int, whole: int) -> str:
+        return f"{part}/{whole} = {part / whole:.1%}" if whole else f"{part}/0"
+
+
+def _parser() -> Any:
+    """The module with ``parse`` and ``ReportError``, wherever the tree keeps it."""
+    try:
+        from mailout.feedback import dsn  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        from mailout import dsn  # type: ignore[no-redef,unused-ignore]
+    return dsn
+
+
+def is_rfc_format(data: bytes) -> bool:
+    """Whether the message has an RFC 3464 or RFC 5965 report part (iterative walk)."""
+    import email
+
+    try:
+        stack: list[Any] = [email.message_from_bytes(data)]
+    except Exception:  # unreadable is simply not RFC-format here
+        return False
+    seen = 0
+    while stack and seen < 10_000:
+        part = stack.pop()
+        seen += 1
+        if not isinstance(part, Message):
+            continue
+        if part.get_content_type() in _REPORT_TYPES:
+            return True
+        payload = part.get_payload()
+        if isinstance(payload, list):
+            stack.extend(payload)
+    return False
+
+
+def verdict_of(event: Any) -> str:
+    """mailout's verdict on one event, in the oracle's terms."""
+    kind = str(event.type)
+    if kind == "bounced":
+        return VERDICT_HARD if event.subtype == "hard" else VERDICT_SOFT
+    if kind == "deferred":
+        return VERDICT_SOFT
+    if kind == "complained":
+        return VERDICT_COMPLAINT
+    return VERDICT_NONE
+
+
+def status_of(event: Any) -> str | None:
+    found = getattr(event, "status", None)
+    if found:
+        return str(found)
+    match = _STATUS.search(event.diagnostic or "")
+    return match.group(0) if match else None
+
+
+def _variants(data: bytes) -> list[bytes]:
+    lf = data.replace(b"\r\n", b"\n")
+    return [lf.replace(b"\n", b"\r\n"), lf.replace(b"\n", b"\r"), data[: len(data) // 3],
+            data[: 2 * len(data) // 3]]
+
+
+def score(samples: list[Sample], verbose: bool = False) -> Score:
+    """Parse every sample and compare with the oracle."""
+    dsn = _parser()
+    s = Score(messages=len(samples))
+    for sample in samples:
+        for variant in _variants(sample.data):
+            s.variants += 1
+            try:
+                dsn.parse(variant, sample.name)
+            except dsn.ReportError:
+                pass
+            except Exception as exc:  # a crash is what is counted
+                s.crashed += 1
+                s.notes.append(f"{sample.name} (variant): crash {type(exc).__name__}")
+        try:
+            events = dsn.parse(sample.data, sample.name)
+        except dsn.ReportError as exc:
+            events = []
+            refusal = str(exc.reason)
+        except Exception as exc:  # a crash
+            s.crashed += 1
+            s.notes.append(f"{sample.name}: crash {type(exc).__name__}: {exc}")
+            events = []
+            refusal = "crash"
+        else:
+            refusal = ""
+        _score_sample(s, sample, events, refusal)
+    if not verbose:
+        s.notes = [n for n in s.notes if "crash" in n]
+    return s
+
+
+def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> None:
+    ours: dict[str, Any] = {}
+    for event in events:
+        ours.setdefault((event.recipient or "").lower(), event)
+    if sample.mailman is not None:
+        s.mailman_expected += len(sample.mailman)
+        s.mailman_found += sum(1 for a in sample.mailman if a in ours)
+    expected = {e.address: e for e in sample.expected if e.address}
+    if not is_rfc_format(sample.data):
+        if expected:
+            s.non_rfc_with_address += 1
+            hits = [ours[a] for a in expected if a in ours]
+            if hits:
+                s.non_rfc_read += 1
+                s.non_rfc_linkable += any(e.message_id or e.return_path for e in hits)
+        return
+    s.rfc_format += 1
+    if refusal:
+        s.refused += refusal != "crash"
+        s.notes.append(f"{sample.name}: refused: {refusal}")
+    else:
+        s.parsed += 1
+    for address, exp in expected.items():
+        s.recipients += 1
+        event = ours.get(address)
+        if event is None:
+            if not refusal:
+                s.notes.append(f"{sample.name}: missed {address}; ours: {sorted(ours)}")
+            continue
+        s.addresses_right += 1
+        _score_verdict(s, sample, exp, event)
+    for address in ours:
+        if address not in expected and not _ADDR_SPEC.fullmatch(address):
+            s.junk_addresses += 1
+            s.notes.append(f"{sample.name}: junk address {address!r}")
+
+
+def _score_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> None:
+    mine = verdict_of(event)
+    if exp.verdict != VERDICT_NONE or mine != VERDICT_NONE:
+        s.verdicts_judged += 1
+        s.verdicts_right += mine == exp.verdict
+        if mine != exp.verdict:
+            s.notes.append(f"{sample.name}: {exp.address} verdict {mine}, oracle "
+                           f"{exp.verdict} ({exp.reason}); ours: {event.diagnostic!r}")
+    if exp.verdict == VERDICT_SOFT:
+        s.oracle_soft += 1
+        s.soft_to_hard += mine == VERDICT_HARD
+    if mine == VERDICT_HARD:
+        s.hard_verdicts += 1
+        s.hard_right += exp.verdict == VERDICT_HARD
+    if exp.status:
+        s.statuses_judged += 1
+        got = status_of(event)
+        s.statuses_right += got == exp.status
+        if got != exp.status:
+            s.notes.append(f"{sample.name}: {exp.address} status {got}, oracle {exp.status}")
+
+
+def report(name: str, s: Score) -> str:
+    lines = [
+        f"corpus {name}: {s.messages} messages, {s.rfc_format} in RFC 3464/5965 format, "
+        f"{s.variants} CRLF/CR/truncated copies",
+        f"  parsed     {s.share(s.parsed, s.rfc_format)} of the RFC-format messages",
+        f"  refused    {s.refused} RFC-format messages",
+        f"  crashed    {s.crashed} (all messages and copies)",
+        f"  addresses  {s.share(s.addresses_right, s.recipients)} of Sisimai's recipients",
+        f"  verdicts   {s.share(s.verdicts_right, s.verdicts_judged)} agree "
+        "(hard/soft/complaint)",
+        f"  statuses   {s.share(s.statuses_right, s.statuses_judged)} agree",
+        f"  soft->hard {s.share(s.soft_to_hard, s.oracle_soft)} of Sisimai's soft bounces",
+        f"  hard right {s.share(s.hard_right, s.hard_verdicts)} of mailout's hard verdicts",
+        f"  junk addresses {s.junk_addresses}",
+        f"  non-RFC    {s.non_rfc_with_address} with a recipient: "
+        f"{s.non_rfc_read} read with the right address, {s.non_rfc_linkable} of them "
+        "with a Message-ID or return path",
+    ]
+    if s.mailman_expected:
+        lines.append(f"  Mailman's expected addresses found: "
+                     f"{s.share(s.mailman_found, s.mailman_expected)}")
+    lines.extend(f"    {note}" for note in s.notes)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bounces", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpora", nargs="*", default=["flufl"])
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    out: dict[str, Any] = {}
+    for name in args.corpora:
+        try:
+            samples = load(name)
+        except CorpusUnavailable as exc:
+            print(f"corpus {name}: unavailable: {exc}", file=sys.stderr)
+            return 2
+        result = score(samples, verbose=args.verbose)
+        out[name] = asdict(result)
+        if not args.json:
+            print(report(name, result))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
