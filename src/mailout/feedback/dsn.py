@@ -34,6 +34,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from mailout.exceptions import MailoutError
+from mailout.feedback.bounce_rules import classify
 from mailout.feedback.events import clip, derived_id, normalize_message_id, payload_text
 from mailout.message.addresses import normalize_address
 from mailout.models import BounceKind, Event, EventType, Provider
@@ -173,24 +174,9 @@ def _recipient_event(block: Message, message_id: str | None, return_path: str | 
 
 
 def bounce_kind(status: str | None, diagnostic: str | None = None) -> BounceKind:
-    """Hard only when the status says the address itself is bad.
-
-    5.1.x (no such mailbox, bad domain), 5.2.1 (mailbox disabled), 5.4.4 (no route to
-    the domain) and the generic 5.0.0 are hard; a 4.x.x status, a policy refusal
-    (5.7.x: our sending IP is blocked), a system or network problem (5.3.x, 5.4.x) or
-    a full mailbox (5.2.2) is soft, because suppressing an address for a problem on
-    our side would silence a working mailbox. A generic x.0.0 status defers to a more
-    specific code in the diagnostic; no code at all is soft: never suppress on a guess.
-    """
-    code = _STATUS.search(status or "")
-    detail = _STATUS.search(diagnostic or "")
-    if code is None or (code.group(2, 3) == ("0", "0") and detail is not None):
-        code = detail
-    if code is None or code.group(1) != "5":
-        return BounceKind.SOFT
-    subject, item = code.group(2), code.group(3)
-    hard = subject == "1" or (subject, item) in {("2", "1"), ("4", "4"), ("0", "0")}
-    return BounceKind.HARD if hard else BounceKind.SOFT
+    """Hard only for a permanent failure of the mailbox or its domain, as
+    :func:`mailout.feedback.bounce_rules.classify` judges the Status and the diagnostic together."""
+    return classify(status, diagnostic).kind
 
 
 # -- RFC 5965 ----------------------------------------------------------------------

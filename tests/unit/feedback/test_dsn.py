@@ -121,13 +121,14 @@ def test_empty_and_oversized_input_are_refused() -> None:
 
 @pytest.mark.parametrize(("status", "diagnostic", "kind"), [
     ("5.1.1", None, BounceKind.HARD),
-    ("5.2.1", None, BounceKind.HARD),
+    ("5.2.1", None, BounceKind.SOFT),  # disabled: may come back (Sisimai: suspend)
     ("5.2.2", None, BounceKind.SOFT),
     ("5.7.1", None, BounceKind.SOFT),
     ("4.4.7", None, BounceKind.SOFT),
     ("5.0.0", "550 5.1.1 user unknown", BounceKind.HARD),
-    ("5.0.0", None, BounceKind.HARD),
-    ("", "550 no such user", BounceKind.SOFT),
+    ("5.0.0", None, BounceKind.SOFT),  # says nothing: never suppress on a guess
+    ("", "550 no such user", BounceKind.HARD),
+    ("", "450 no such user", BounceKind.SOFT),
 ])
 def test_bounce_kind(status: str, diagnostic: str | None, kind: BounceKind) -> None:
     assert dsn.bounce_kind(status, diagnostic) is kind
