@@ -83,11 +83,9 @@ class Score:
 
 
 def _parser() -> Any:
-    """The module with ``parse`` and ``ReportError``, wherever the tree keeps it."""
-    try:
-        from mailout.feedback import dsn  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        from mailout import dsn  # type: ignore[no-redef,unused-ignore]
+    """The module with ``parse`` and ``ReportError``."""
+    from mailout.feedback import dsn
+
     return dsn
 
 

@@ -302,6 +302,7 @@ class EventType(enum.StrEnum):
     COMPLAINED = "complained"  # the recipient marked it as spam (feedback loop / ARF)
     UNSUBSCRIBED = "unsubscribed"  # the recipient unsubscribed through the provider
     REJECTED = "rejected"  # the provider refused to send it (its own suppression, policy)
+    AUTH_FAILURE = "auth_failure"  # an RFC 6591 report: SPF/DKIM/DMARC failed; no complaint
 
 
 class BounceKind(enum.StrEnum):
@@ -342,6 +343,7 @@ class Event:
     recipient: str
     occurred_at: datetime
     subtype: str | None = None  # BounceKind for bounces; feedback type for complaints
+    reason: str | None = None  # why a bounce happened (mailout.feedback.bounce_rules.Reason)
     provider_message_id: str | None = None
     message_id: str | None = None
     return_path: str | None = None

@@ -16,6 +16,7 @@ import click
 from mailout.cli import display
 from mailout.cli.common import LIMIT, WEBHOOKS_PORT
 from mailout.cli.terminal import one_line
+from mailout.db.delivery_events import MAIL_REPORT_PROVIDERS
 from mailout.exceptions import InvalidMessage
 from mailout.message import addresses
 from mailout.message.addresses import normalize_address
@@ -126,17 +127,35 @@ def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_inv
 
     with immediate(_engine(obj)) as conn:
         result = ingest(conn, events, policy)
+    _alert_sender_rejected(result.sender_rejected)
     doc = {"events": len(events), "stored": result.stored, "duplicates": result.duplicates,
            "matched": result.matched, "unmatched": result.unmatched,
-           "suppressed": list(result.suppressed), "skipped": skipped}
+           "unverified": result.unverified, "suppressed": list(result.suppressed),
+           "skipped": skipped}
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(f"{len(events)} events: {result.stored} stored, {result.duplicates} already "
-               f"stored, {result.matched} matched, {result.unmatched} unmatched, "
+               f"stored, {result.matched} matched, {result.unmatched} unmatched "
+               f"({result.unverified} unverified: they act on nothing), "
                f"{len(result.suppressed)} addresses suppressed")
     for line in skipped:
         click.echo(f"skipped {one_line(line)}", err=True)
+
+
+def _alert_sender_rejected(count: int) -> None:
+    """Bounces that blame our sender: the usual alert hooks (MAILOUT_ALERT_WEBHOOK)."""
+    import os
+
+    from mailout.feedback.rate_alert import sender_rejected_alert
+    from mailout.support.alerts import Alerts
+
+    alert = sender_rejected_alert(count, "mailout bounces ingest")
+    if alert is None:
+        return
+    alerts = Alerts(webhook_url=os.environ.get("MAILOUT_ALERT_WEBHOOK") or None)
+    alerts.fire(alert)
+    alerts.close()
 
 
 def _inputs(files: tuple[str, ...], mbox: bool) -> list[tuple[str, bytes]]:
@@ -197,13 +216,15 @@ def print_events(out: Any, rows: list[Any], title: str) -> None:
     if not rows:
         out.print("no events")
         return
-    grid = display.table("time (UTC)", "provider", "event", "recipient", "message",
+    grid = display.table("time (UTC)", "provider", "event", "reason", "recipient", "message",
                          "detail", title=title, keep=("time (UTC)",))
     for r in rows:
         kind = f"{r.type} ({r.subtype})" if r.subtype else r.type
-        linked = f"#{r.outbox_id} by {r.matched_by}" if r.outbox_id else "unmatched"
+        linked = (f"#{r.outbox_id} by {r.matched_by}" if r.outbox_id
+                  else "unverified" if r.provider in MAIL_REPORT_PROVIDERS else "unmatched")
         grid.add_row(display.when(r.occurred_at), one_line(r.provider), one_line(kind),
-                     one_line(r.recipient), one_line(linked), one_line(r.diagnostic or ""))
+                     one_line(r.reason or ""), one_line(r.recipient), one_line(linked),
+                     one_line(r.diagnostic or ""))
     out.print(grid)
 
 

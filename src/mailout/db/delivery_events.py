@@ -20,6 +20,7 @@ from sqlalchemy import (
     Float,
     bindparam,
     func,
+    or_,
     select,
 )
 
@@ -36,6 +37,10 @@ from mailout.support.timeutil import aware
 MATCHED_BY_PROVIDER_ID = "provider_id"
 MATCHED_BY_MESSAGE_ID = "message_id"
 MATCHED_BY_RETURN_PATH = "return_path"
+# Reports that arrive as mail: anyone can send them, so unlinked ones are unverified and
+# count for nothing (webhook events are signed by their provider).
+MAIL_REPORT_PROVIDERS = ("dsn", "arf")
+SENDER_SIDE = ("sender_rejected",)  # bounce reasons that blame our sender, not the address
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,9 @@ class Link:
     outbox_id: int
     matched_by: str
     recipient: str  # the row's recipient, for events that do not name one
+    # Every address the row was sent to (recipient, To, Cc, Bcc, a redirect), lower case:
+    # a report about any other address is not about this message.
+    recipients: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,7 @@ class EventRecord:
     provider_event_id: str
     type: str
     subtype: str | None
+    reason: str | None  # why a bounce happened (mailout.feedback.bounce_rules.Reason)
     recipient: str
     outbox_id: int | None
     matched_by: str | None
@@ -86,7 +95,8 @@ def find_links(conn: Connection, *, provider_ids: Iterable[str] = (),
     Several rows with one provider id (some providers reuse ids) give the newest.
     """
     found: dict[tuple[str, str], Link] = {}
-    cols = (messages.c.id, messages.c.recipient)
+    cols = (messages.c.id, messages.c.recipient, messages.c.addresses,
+            messages.c.redirected_to)
     wanted = sorted({p for p in provider_ids if p})
     if wanted:
         rows = conn.execute(
@@ -94,20 +104,29 @@ def find_links(conn: Connection, *, provider_ids: Iterable[str] = (),
             .where(messages.c.provider_message_id.is_not(None),
                    messages.c.provider_message_id.in_(wanted))
             .order_by(messages.c.id))
-        for row_id, rcpt, pid in rows:
-            found[(MATCHED_BY_PROVIDER_ID, pid)] = Link(row_id, MATCHED_BY_PROVIDER_ID, rcpt)
+        for row in rows:
+            found[(MATCHED_BY_PROVIDER_ID, row[-1])] = _link(row, MATCHED_BY_PROVIDER_ID)
     wanted = sorted({m for m in message_ids if m})
     if wanted:
         rows = conn.execute(select(*cols, messages.c.message_id)
                             .where(messages.c.message_id.in_(wanted)))
-        for row_id, rcpt, mid in rows:
-            found[(MATCHED_BY_MESSAGE_ID, mid)] = Link(row_id, MATCHED_BY_MESSAGE_ID, rcpt)
+        for row in rows:
+            found[(MATCHED_BY_MESSAGE_ID, row[-1])] = _link(row, MATCHED_BY_MESSAGE_ID)
     ids = sorted(set(row_ids))
     if ids:
-        for row_id, rcpt in conn.execute(select(*cols).where(messages.c.id.in_(ids))):
-            found[(MATCHED_BY_RETURN_PATH, str(row_id))] = Link(
-                row_id, MATCHED_BY_RETURN_PATH, rcpt)
+        for by_id in conn.execute(select(*cols).where(messages.c.id.in_(ids))):
+            found[(MATCHED_BY_RETURN_PATH, str(by_id[0]))] = _link(by_id,
+                                                                  MATCHED_BY_RETURN_PATH)
     return found
+
+
+def _link(row: Any, matched_by: str) -> Link:
+    row_id, recipient, stored, redirected = row[0], row[1], row[2], row[3]
+    every = {recipient, redirected}
+    for kind in ("to", "cc", "bcc"):
+        every.update(address for _name, address in (stored or {}).get(kind) or ())
+    return Link(row_id, matched_by, recipient,
+                frozenset(str(a).lower() for a in every if a))
 
 
 # -- events --------------------------------------------------------------------------
@@ -116,7 +135,7 @@ def store_event(conn: Connection, event: Event, link: Link | None) -> int | None
     """Insert ``event``; its new id, or None when (provider, event id) is already stored."""
     values: dict[str, Any] = {
         "provider": event.provider.value, "provider_event_id": event.event_id[:255],
-        "type": event.type.value, "subtype": event.subtype,
+        "type": event.type.value, "subtype": event.subtype, "reason": event.reason,
         "recipient": (event.recipient or (link.recipient.lower() if link else ""))[:320],
         "outbox_id": link.outbox_id if link else None,
         "matched_by": link.matched_by if link else None,
@@ -152,7 +171,7 @@ def list_events(conn: Connection, *, unmatched: bool = False, types: Sequence[st
 def _event_record(m: Mapping[Any, Any]) -> EventRecord:
     return EventRecord(
         id=m["id"], provider=m["provider"], provider_event_id=m["provider_event_id"],
-        type=m["type"], subtype=m["subtype"], recipient=m["recipient"],
+        type=m["type"], subtype=m["subtype"], reason=m["reason"], recipient=m["recipient"],
         outbox_id=m["outbox_id"], matched_by=m["matched_by"],
         provider_message_id=m["provider_message_id"], message_id=m["message_id"],
         occurred_at=aware(m["occurred_at"]), received_at=aware(m["received_at"]),
@@ -172,23 +191,25 @@ def event_counts(conn: Connection, since_seconds: float | None = None
 
 
 def soft_bounces(conn: Connection, address: str, window_seconds: float) -> int:
-    """Soft bounces of ``address`` that happened within the window (database clock)."""
+    """Verified soft bounces of ``address`` that happened within the window (database
+    clock)."""
     stmt = (select(func.count()).select_from(events)
             .where(events.c.recipient == address, events.c.type == "bounced",
-                   events.c.subtype == "soft",
+                   events.c.subtype == "soft", _verified(),
+                   or_(events.c.reason.is_(None), events.c.reason.not_in(SENDER_SIDE)),
                    events.c.occurred_at >= _ago(window_seconds)))
     return int(conn.execute(stmt).scalar_one())
 
 
 def rates(conn: Connection, window_seconds: float) -> tuple[int, int, int]:
-    """(messages sent, hard or soft bounces, complaints) within the window."""
+    """(messages sent, verified hard or soft bounces, complaints) within the window."""
     sent = conn.execute(
         select(func.count()).select_from(messages)
         .where(messages.c.sent_at.is_not(None), messages.c.sent_at >= _ago(window_seconds))
     ).scalar_one()
     rows = conn.execute(
         select(events.c.type, func.count()).where(
-            events.c.type.in_(["bounced", "complained"]),
+            events.c.type.in_(["bounced", "complained"]), _verified(),
             events.c.occurred_at >= _ago(window_seconds))
         .group_by(events.c.type))
     counts = {str(kind): int(n) for kind, n in rows}
@@ -214,6 +235,12 @@ def per_template(conn: Connection, since_seconds: float
         out[(tpl, queue)] = (bounced + n, complained) if kind == "bounced" else (
             bounced, complained + n)
     return out
+
+
+def _verified() -> Any:
+    """Events that count: linked, or from a signed webhook (not an unlinked mail report)."""
+    return or_(events.c.outbox_id.is_not(None),
+               events.c.provider.not_in(MAIL_REPORT_PROVIDERS))
 
 
 def _ago(seconds: float) -> Any:

@@ -298,7 +298,8 @@ pauses = Table(
 
 # Delivery events reported by providers (webhooks) or by mail (DSN, ARF); see
 # mailout.feedback.events. An event that matches no outbox row is kept with outbox_id NULL.
-EVENT_TYPES = ("delivered", "bounced", "deferred", "complained", "unsubscribed", "rejected")
+EVENT_TYPES = ("delivered", "bounced", "deferred", "complained", "unsubscribed", "rejected",
+               "auth_failure")
 _EVENT_TYPES = ", ".join(f"'{t}'" for t in EVENT_TYPES)
 
 events = Table(
@@ -309,6 +310,7 @@ events = Table(
     Column("provider_event_id", String(255), nullable=False),  # idempotent ingestion
     Column("type", String(16), nullable=False),
     Column("subtype", String(32)),  # hard/soft for bounces, the feedback type for complaints
+    Column("reason", String(32)),  # why a bounce happened: mailout.feedback.bounce_rules.Reason
     Column("recipient", String(320), nullable=False),  # normalised: lower case, no <>
     Column("outbox_id", Id, ForeignKey("mailout_messages.id", ondelete="SET NULL")),
     Column("matched_by", String(16)),  # provider_id, message_id or return_path

@@ -40,6 +40,8 @@ from mailout.message.addresses import normalize_address
 from mailout.models import BounceKind, Event, EventType, Provider
 
 MAX_REPORT_BYTES = 10_000_000
+MAX_ARF_RECIPIENTS = 100  # Original-Rcpt-To fields read from one feedback report
+AUTH_FAILURE = "auth-failure"  # RFC 6591's Feedback-Type: not a complaint
 _STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 _DELIVERY_STATUS = ("message/delivery-status", "message/global-delivery-status")
 _FEEDBACK = ("message/feedback-report",)
@@ -154,8 +156,10 @@ def _recipient_event(block: Message, message_id: str | None, return_path: str | 
     recipient = normalize_address(_address_field(final))
     status = (_h(block, "Status") or "").strip()
     diagnostic = clip(_unfold(_h(block, "Diagnostic-Code")))
+    reason = None
     if action == "failed":
-        etype, subtype = EventType.BOUNCED, bounce_kind(status, diagnostic).value
+        verdict = classify(status, diagnostic)
+        etype, subtype, reason = EventType.BOUNCED, verdict.kind.value, verdict.reason.value
     elif action == "delayed":
         etype, subtype = EventType.DEFERRED, None
     elif action in _DELIVERED_ACTIONS:
@@ -167,7 +171,7 @@ def _recipient_event(block: Message, message_id: str | None, return_path: str | 
     record = {k: _unfold(v) for k, v in block.items()}
     return Event(
         provider=Provider.DSN, event_id=derived_id("dsn", own_id, recipient, action, status),
-        type=etype, subtype=subtype, recipient=recipient, occurred_at=occurred,
+        type=etype, subtype=subtype, reason=reason, recipient=recipient, occurred_at=occurred,
         message_id=message_id, return_path=return_path, diagnostic=clip(detail),
         payload=payload_text(record),
     )
@@ -191,11 +195,10 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
     if feedback == "not-spam":
         return []
     message_id = _original_message_id(original)
+    # Only Original-Rcpt-To names the complainant. The enclosed message's To: is
+    # whatever the sender wrote (10,000 addresses, in a forged report): never read it.
     recipients = [normalize_address(_address_field(v))
-                  for v in report.get_all("Original-Rcpt-To") or []]
-    if not recipients and original is not None and _h(original, "To"):
-        recipients = [normalize_address(a) for _, a in
-                      email.utils.getaddresses([str(_h(original, "To"))]) if a]
+                  for v in report.get_all("Original-Rcpt-To") or []][:MAX_ARF_RECIPIENTS]
     if not recipients and message_id is None and return_path is None:
         raise ReportError(source, "the complaint names neither a recipient nor the "
                           "original Message-ID")
@@ -204,7 +207,8 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
     record = {k: _unfold(v) for k, v in report.items()}
     return [
         Event(provider=Provider.ARF, event_id=derived_id("arf", own_id, rcpt),
-              type=EventType.COMPLAINED, subtype=feedback[:32], recipient=rcpt,
+              type=(EventType.AUTH_FAILURE if feedback == AUTH_FAILURE
+                    else EventType.COMPLAINED), subtype=feedback[:32], recipient=rcpt,
               occurred_at=occurred, message_id=message_id, return_path=return_path,
               diagnostic=clip(f"feedback {feedback} from "
                               f"{_unfold(report.get('User-Agent')) or 'unknown agent'}"),

@@ -5,10 +5,16 @@ caller's transaction, so a signed delivery's nonce, its events and the suppressi
 they cause commit together or not at all.
 
 Linking tries, in order, the provider's message id, the Message-ID, and a VERP
-return path built from ``MAILOUT_RETURN_PATH`` (``bounces+{id}@shop.example``:
-``{id}`` is the row id). A return path only links when the event's recipient is the
-row's recipient (or the event names none): anyone can send mail to a return path.
-An event that matches no row is stored all the same, with no link, and counted.
+return path built from ``MAILOUT_RETURN_PATH`` and signed with
+``MAILOUT_RETURN_PATH_SECRET`` (``bounces+{id}-{tag}@shop.example``: a return path
+whose tag does not verify links nothing).
+
+Reports that arrive as mail (DSN, ARF) can be sent by anyone, so they act only when
+they are provably about our mail: linked to a row, and naming one of that row's
+recipients, or a complaint whose recipient is redacted (it then acts on the row's
+recipient). Any other mail report is stored *unverified*: kept, listed, counted, and
+acting on nothing; it does not count towards the soft bounce limit or the rate alerts
+either. Webhook events are signed by their provider and act whether or not they link.
 
 Suppression: a hard bounce, a complaint or an unsubscribe suppresses the recipient
 at once; soft bounces only once ``soft_bounce_limit`` of them happened within
@@ -18,8 +24,9 @@ changes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection
 
@@ -27,8 +34,9 @@ from mailout.db import delivery_events as sql
 from mailout.db.suppressions import suppress
 from mailout.db.webhook_nonces import claim_nonce
 from mailout.exceptions import MailoutError
+from mailout.feedback.bounce_rules import SENDER_SIDE_REASONS
 from mailout.message.return_path import ReturnPath
-from mailout.models import BounceKind, Event, EventType
+from mailout.models import BounceKind, Event, EventType, Provider
 
 DEFAULT_SOFT_BOUNCE_LIMIT = 3
 DEFAULT_SOFT_BOUNCE_WINDOW = 7 * 86400.0
@@ -37,6 +45,11 @@ REASON_SOFT_BOUNCES = "soft_bounces"
 REASON_COMPLAINT = "complaint"
 REASON_UNSUBSCRIBE = "unsubscribe"
 REASON_MANUAL = "manual"
+# Events read from mail rather than received from a signed webhook.
+MAIL_REPORTS = frozenset({Provider.DSN, Provider.ARF})
+SENDER_SIDE = frozenset(r.value for r in SENDER_SIDE_REASONS)
+_REDACTED = re.compile(r"x+|\*+|#+|redacted|removed|anonymi[sz]ed|undisclosed[-_ ]?recipients?|"
+                       r"unknown|\.+")
 _IMMEDIATE = {
     EventType.COMPLAINED: REASON_COMPLAINT,
     EventType.UNSUBSCRIBED: REASON_UNSUBSCRIBE,
@@ -72,6 +85,8 @@ class Result:
     duplicates: int = 0  # already stored: a redelivery
     matched: int = 0  # new events linked to an outbox row
     unmatched: int = 0  # new events linked to none (kept, counted)
+    unverified: int = 0  # new mail reports that may not act: unlinked or not our recipient
+    sender_rejected: int = 0  # new verified bounces that blame our sender: alert the operator
     suppressed: tuple[str, ...] = ()  # addresses newly suppressed
     stored_events: tuple[tuple[Event, bool], ...] = ()  # new events, and whether matched
 
@@ -88,21 +103,57 @@ def ingest(conn: Connection, batch: Sequence[Event], policy: Policy,
     links = _links(conn, batch, policy)
     stored: list[tuple[Event, bool]] = []
     suppressed: list[str] = []
-    matched = duplicates = 0
+    matched = duplicates = unverified = sender_rejected = 0
     for event in batch:
         link = _link_for(event, links, policy)
+        address = _acting_address(event, link)
+        if event.type is EventType.AUTH_FAILURE:
+            address = None  # a DMARC/DKIM/SPF failure report: about our setup, no one's mail
+        elif address is None and event.provider in MAIL_REPORTS:
+            link = None  # not provably about this row: stored unverified
+        elif address and event.recipient and address != event.recipient:
+            event = replace(event, recipient=address)  # a redacted complaint: the row's
         event_id = sql.store_event(conn, event, link)
         if event_id is None:
             duplicates += 1
             continue
         stored.append((event, link is not None))
         matched += link is not None
-        address = event.recipient or (link.recipient.lower() if link else "")
+        unverified += link is None and event.provider in MAIL_REPORTS
+        sender_rejected += address is not None and event.reason in SENDER_SIDE
         if policy.suppress and address and _suppress(conn, event, address, event_id, policy):
             suppressed.append(address)
     return Result(stored=len(stored), duplicates=duplicates, matched=matched,
-                  unmatched=len(stored) - matched, suppressed=tuple(suppressed),
-                  stored_events=tuple(stored))
+                  unmatched=len(stored) - matched, unverified=unverified,
+                  sender_rejected=sender_rejected,
+                  suppressed=tuple(suppressed), stored_events=tuple(stored))
+
+
+def _acting_address(event: Event, link: sql.Link | None) -> str | None:
+    """The address ``event`` may act on, or None.
+
+    A webhook event (signed by its provider) acts on the address it names, or the
+    linked row's. A mail report acts only when linked, on the address it names if
+    that is one of the row's recipients; a complaint with a redacted recipient acts on
+    the row's recipient. Never on anything else: not on an ARF report's enclosed To:
+    list, not on the address a forged report names.
+    """
+    if event.provider not in MAIL_REPORTS:
+        return event.recipient or (link.recipient.lower() if link else None)
+    if link is None:
+        return None
+    if event.recipient and event.recipient in link.recipients:
+        return event.recipient
+    if event.type is EventType.COMPLAINED and is_redacted(event.recipient):
+        return link.recipient.lower()
+    return None
+
+
+def is_redacted(address: str) -> bool:
+    """An address a feedback loop blanked out: empty, or a local part of x's, stars,
+    or a word such as ``redacted``."""
+    local = address.rpartition("@")[0] if "@" in address else address
+    return not local or _REDACTED.fullmatch(local.lower()) is not None
 
 
 def _links(conn: Connection, batch: Sequence[Event], policy: Policy
@@ -137,16 +188,15 @@ def _link_for(event: Event, links: dict[tuple[str, str], sql.Link],
             return link
     row_id = policy.return_path.row_id(event.return_path) if policy.return_path else None
     if row_id is not None:
-        link = links.get((sql.MATCHED_BY_RETURN_PATH, str(row_id)))
-        if link is not None and (not event.recipient
-                                 or event.recipient == link.recipient.lower()):
-            return link
+        return links.get((sql.MATCHED_BY_RETURN_PATH, str(row_id)))
     return None
 
 
 def _suppress(conn: Connection, event: Event, address: str, event_id: int,
               policy: Policy) -> bool:
     reason = _IMMEDIATE.get(event.type)
+    if event.reason in SENDER_SIDE:
+        return False  # our sender was refused: an operator alert, not the recipient's fault
     if event.type is EventType.BOUNCED:
         if event.subtype == BounceKind.HARD:
             reason = REASON_HARD_BOUNCE

@@ -1,4 +1,10 @@
-"""The bounce and complaint rate alert.
+"""The bounce and complaint rate alert, and the alert for bounces that blame our sender.
+
+A verified bounce whose reason is sender-side (``sender_rejected``: the receiving
+server refused our envelope sender or its domain) suppresses nobody: the fault is our
+configuration. :func:`sender_rejected_alert` turns such bounces into one
+``sender_rejected`` alert per ingestion, fired by the webhook receiver and by
+``mailout bounces ingest``.
 
 Over ``MAILOUT_EVENT_RATE_WINDOW`` (default 24 h), bounces (hard and soft) and
 complaints are divided by the messages sent in the same window. Once at least
@@ -27,6 +33,17 @@ from mailout.support.alerts import Alert, Alerts
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_SECONDS = 60.0
+
+
+def sender_rejected_alert(count: int, source: str) -> Alert | None:
+    """The ``sender_rejected`` alert for ``count`` such bounces just ingested, or None."""
+    if count <= 0:
+        return None
+    return Alert("sender_rejected",
+                 f"{count} bounce(s) from {source} say our envelope sender or its domain was "
+                 "refused (5.1.7/5.1.8, 'sender rejected'): check MAIL_FROM, "
+                 "MAILOUT_RETURN_PATH and the domain's DNS; no address was suppressed",
+                 {"bounces": count, "source": source})
 
 
 class RateLimits(Protocol):
@@ -68,7 +85,7 @@ class RateMonitor:
                  every: float = CHECK_EVERY_SECONDS) -> None:
         self._engine = engine
         self._settings = settings
-        self._alerts = alerts
+        self.alerts = alerts
         self._every = every
         self._lock = threading.Lock()
         self._checked_at = float("-inf")
@@ -111,9 +128,9 @@ class RateMonitor:
         noun = kind.replace("_", " ")
         if enough and rate > limit and kind not in self.firing:
             self.firing.add(kind)
-            self._alerts.fire(Alert(kind, f"{noun} {rate:.2%} is above {limit:.2%} over the "
+            self.alerts.fire(Alert(kind, f"{noun} {rate:.2%} is above {limit:.2%} over the "
                                     f"last {rates.window_seconds / 3600:g} h", details))
         elif kind in self.firing and (rate <= limit or not enough):
             self.firing.discard(kind)
-            self._alerts.fire(Alert(f"{kind}_ok", f"{noun} {rate:.2%} is back under "
+            self.alerts.fire(Alert(f"{kind}_ok", f"{noun} {rate:.2%} is back under "
                                     f"{limit:.2%}", details))

@@ -70,8 +70,9 @@ class Renderer:
     carries it natively or a relay that reads none). ``clock`` returns "now" for
     the Date header (tests).
     ``return_path`` (``MAILOUT_RETURN_PATH``, e.g. ``bounces+{id}@shop.example``) makes
-    the envelope sender carry the row id, so bounce mail names its row; ConfigError
-    for a template without one ``{id}``.
+    the envelope sender carry the row id, signed with ``return_path_secret``
+    (``MAILOUT_RETURN_PATH_SECRET``), so bounce mail names its row and nobody else can
+    name it; ConfigError for a template without one ``{id}`` or without a secret.
     Templates are compiled once and cached for the life of the Renderer: edits
     on disk are not picked up until the process restarts.
     """
@@ -84,6 +85,7 @@ class Renderer:
         idempotency_header: str | None = "Idempotency-Key",
         clock: Callable[[], datetime] | None = None,
         return_path: str | None = None,
+        return_path_secret: str | None = None,
     ) -> None:
         if idempotency_header is not None and (
                 not _HEADER_NAME_RE.fullmatch(idempotency_header)
@@ -93,7 +95,8 @@ class Renderer:
         self._from_header = mime.address("From", [self._from])
         self._mail_from = mail_from
         # VERP: a per-message envelope sender, so that a bounce names its row.
-        self._return_path = ReturnPath(return_path) if return_path else None
+        self._return_path = (ReturnPath(return_path, return_path_secret) if return_path
+                             else None)
         self._idempotency_header = idempotency_header
         self._clock = clock or (lambda: datetime.now(UTC))
         self._last_date: tuple[datetime | None, str] = (None, "")

@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mailout.db.engine import immediate
 from mailout.db.webhook_nonces import prune_nonces
 from mailout.feedback.ingest import Replayed, Result, ingest
-from mailout.feedback.rate_alert import RateMonitor
+from mailout.feedback.rate_alert import RateMonitor, sender_rejected_alert
 from mailout.support.alerts import Alerts
 from mailout.webhooks import base
 from mailout.webhooks.base import Receiver, Request, WebhookError
@@ -151,6 +151,8 @@ class WebhookHandler:
             raise WebhookError(400, base.REPLAYED, "this signed delivery was already "
                                "received") from None
         self._count(result)
+        if (alert := sender_rejected_alert(result.sender_rejected, provider)) is not None:
+            self.monitor.alerts.fire(alert)
         self._housekeeping()
         if result.stored or parsed.ignored:
             log.info("webhook %s: %d stored, %d duplicate, %d unmatched, %d ignored, "

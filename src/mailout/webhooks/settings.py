@@ -181,14 +181,16 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> WebhookSetti
 
 
 def load_policy(env: Mapping[str, str] | None = None) -> Policy:
-    """The ingest policy: ``MAILOUT_RETURN_PATH``, ``MAILOUT_SOFT_BOUNCE_LIMIT``,
+    """The ingest policy: ``MAILOUT_RETURN_PATH`` (with ``MAILOUT_RETURN_PATH_SECRET``),
+    ``MAILOUT_SOFT_BOUNCE_LIMIT``,
     ``MAILOUT_SOFT_BOUNCE_WINDOW``."""
     env = os.environ if env is None else env
     template = env.get("MAILOUT_RETURN_PATH") or None
     limit = env.get("MAILOUT_SOFT_BOUNCE_LIMIT") or None
     window = env.get("MAILOUT_SOFT_BOUNCE_WINDOW") or None
     return Policy(
-        return_path=ReturnPath(template) if template else None,
+        return_path=(ReturnPath(template, env.get("MAILOUT_RETURN_PATH_SECRET"))
+                     if template else None),
         soft_bounce_limit=(_int("MAILOUT_SOFT_BOUNCE_LIMIT", limit, 1) if limit
                            else DEFAULT_SOFT_BOUNCE_LIMIT),
         soft_bounce_window=(setting_seconds(window, "MAILOUT_SOFT_BOUNCE_WINDOW") if window

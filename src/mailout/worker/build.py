@@ -59,6 +59,7 @@ def build_worker(
     key_header = settings.transport.key_header
     renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
                         return_path=settings.return_path,
+                        return_path_secret=settings.return_path_secret,
                         idempotency_header=settings.idempotency_header
                         if key_header == KEEP_HEADER else key_header)
     lanes = settings.lane_list(queues)

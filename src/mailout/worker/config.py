@@ -23,7 +23,7 @@ from mailout.delivery.policy import (
 )
 from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.message import addresses
-from mailout.message.return_path import ReturnPath
+from mailout.message.return_path import RETURN_PATH_SECRET_MIN_CHARS, ReturnPath
 from mailout.models import OnUnknown
 from mailout.support import envparse
 from mailout.support.logs import LogRecipients, LogSends
@@ -57,7 +57,7 @@ def _address(name: str, raw: str) -> str:
 
 
 def _return_path(name: str, raw: str) -> str:
-    ReturnPath(raw.strip())  # validate now, at startup
+    ReturnPath(raw.strip(), "x" * RETURN_PATH_SECRET_MIN_CHARS)  # the template, now
     try:
         addresses.address(name, raw.strip().replace("{id}", "1"))
     except InvalidMessage as exc:
@@ -113,6 +113,7 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "mail_from": ("MAIL_FROM", envparse.text, None),
     "transport_url": ("MAILOUT_TRANSPORT", envparse.text, None),
     "return_path": ("MAILOUT_RETURN_PATH", _return_path, None),
+    "return_path_secret": ("MAILOUT_RETURN_PATH_SECRET", envparse.text, None),
     "suppression": ("MAILOUT_SUPPRESSION", envparse.boolean, True),
 }
 
@@ -156,6 +157,7 @@ class Settings:
     transport_url: str | None = field(repr=False)  # may hold a password or an API key
     transport: TransportSpec = field(repr=False)  # parsed at load, with its own variables
     return_path: str | None = None  # VERP envelope sender, e.g. bounces+{id}@shop.example
+    return_path_secret: str | None = field(default=None, repr=False)  # signs return paths
     suppression: bool = True  # cancel mail to suppressed addresses at send time
 
     @property
@@ -227,6 +229,8 @@ def _check_relations(s: Settings) -> None:
             f"must be longer than {s.transport.timeout_setting} ({s.transport.timeout:g} s), "
             "or a live worker could lose its lease in the middle of a send",
         )
+    if s.return_path:
+        ReturnPath(s.return_path, s.return_path_secret)  # a missing or short secret stops here
     if not s.mail_from:
         raise ConfigError("MAIL_FROM", "is required: the address messages are sent from")
     try:

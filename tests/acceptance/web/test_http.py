@@ -346,10 +346,12 @@ def test_message_page_lists_its_delivery_events_escaped_and_masked(
     with engine.begin() as conn:
         store_event(conn, Event(Provider.POSTMARK, "ev-1", EventType.BOUNCED, "dana@example.com",
                                 datetime(2024, 5, 1, tzinfo=UTC), subtype="hard",
+                                reason="mailbox_unknown",
                                 diagnostic="5.1.1 <dana@example.com> <script>x</script>"),
                     Link(failed_id, "provider_id", "dana@example.com"))
     admin_page = httpx.get(f"{console.url}/messages/{failed_id}", headers=ADMIN).text
     assert 'class="event row-bounced"' in admin_page
+    assert '<span class="reason">mailbox_unknown</span>' in admin_page
     assert "&lt;script&gt;x&lt;/script&gt;" in admin_page
     assert "<script>" not in admin_page
     readonly_page = httpx.get(f"{console.url}/messages/{failed_id}", headers=READONLY).text

@@ -126,17 +126,21 @@ def test_end_to_end_bounce_webhook_suppresses_the_next_send(
 def test_verp_return_path_is_the_envelope_sender_and_links_bounce_mail(
         engine: Engine, db_url: str, smtp_server: SmtpTestServer) -> None:
     rid = _enqueue(engine, "nobody@gmail.example", "welcome-1")
+    secret = "return-path-secret-0123"
     run_until_idle(settings_for(db_url, smtp_server,
-                                MAILOUT_RETURN_PATH="bounces+{id}@shop.example"))
+                                MAILOUT_RETURN_PATH="bounces+{id}@shop.example",
+                                MAILOUT_RETURN_PATH_SECRET=secret))
     [received] = smtp_server.messages
-    assert received.mail_from == f"bounces+{rid}@shop.example"
+    assert received.mail_from.startswith(f"bounces+{rid}-")  # signed
     corpus = Path(__file__).resolve().parents[2] / "fixtures" / "dsn" / "postfix_hard.eml"
-    report = corpus.read_bytes().replace(b"bounces+41@", f"bounces+{rid}@".encode())
+    report = corpus.read_bytes().replace(b"bounces+41@shop.example",
+                                         received.mail_from.encode())
     # The enclosed Message-ID is not ours: only the return path can link it.
     report = report.replace(b"c0ffee00c0ffee00c0ffee00c0ffee41@shop.example", b"x@elsewhere")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAILOUT_", "SMTP_"))}
     env.update({"MAILOUT_DATABASE_URL": db_url,
-                "MAILOUT_RETURN_PATH": "bounces+{id}@shop.example"})
+                "MAILOUT_RETURN_PATH": "bounces+{id}@shop.example",
+                "MAILOUT_RETURN_PATH_SECRET": secret})
     proc = subprocess.run([MAILOUT, "bounces", "ingest", "--json", "-"], input=report, env=env,
                           capture_output=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr

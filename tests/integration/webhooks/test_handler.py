@@ -112,11 +112,12 @@ def test_return_path_links_only_for_the_rows_own_recipient(engine: Engine) -> No
     from mailout.feedback.ingest import Policy, ReturnPath, ingest
 
     row_id, _pid, _mid = sent_row(engine, "nobody@gmail.example")
+    return_path = ReturnPath("bounces+{id}@shop.example", "return-path-secret-0123")
     raw = (Path(__file__).resolve().parents[2] / "fixtures" / "dsn" / "postfix_hard.eml"
            ).read_bytes()
-    raw = raw.replace(b"bounces+41@", f"bounces+{row_id}@".encode())
+    raw = raw.replace(b"bounces+41@", return_path.for_row(row_id).split("@")[0].encode() + b"@")
     raw = raw.replace(b"<c0ffee00c0ffee00c0ffee00c0ffee41@shop.example>", b"<unknown@x>")
-    policy = Policy(return_path=ReturnPath("bounces+{id}@shop.example"))
+    policy = Policy(return_path=return_path)
     with engine.begin() as conn:
         result = ingest(conn, dsn.parse(raw), policy)
     assert (result.stored, result.matched) == (1, 1)
@@ -125,7 +126,8 @@ def test_return_path_links_only_for_the_rows_own_recipient(engine: Engine) -> No
     other = other.replace(b"Message-Id: <2025", b"Message-Id: <2026")
     with engine.begin() as conn:
         result = ingest(conn, dsn.parse(other), policy)
-    assert (result.stored, result.matched, result.unmatched) == (1, 0, 1)
+    assert (result.stored, result.matched, result.unmatched, result.unverified) == (1, 0, 1, 1)
+    assert result.suppressed == ()
 
 
 def test_concurrent_redeliveries_of_one_event_store_it_once(hook: Hook) -> None:

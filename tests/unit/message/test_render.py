@@ -332,18 +332,25 @@ def test_unicode_round_trips(renderer: Renderer, subject: str, text: str) -> Non
 
 def test_return_path_puts_the_row_id_in_the_envelope_sender() -> None:
     from mailout.exceptions import ConfigError
+    from mailout.message.return_path import ReturnPath
 
+    secret = "return-path-secret-0123"
     renderer = Renderer(None, mail_from="Shop <shop@example.com>",
-                        return_path="bounces+{id}@shop.example")
+                        return_path="bounces+{id}@shop.example", return_path_secret=secret)
     msg = claimed(id=4242)
     envelope = renderer.render(msg)
-    assert envelope.return_path == "bounces+4242@shop.example"
-    assert envelope.mail_from == "bounces+4242@shop.example"
+    assert envelope.return_path is not None
+    assert envelope.return_path.startswith("bounces+4242-")  # signed: bounces+4242-<tag>@
+    assert ReturnPath("bounces+{id}@shop.example", secret).row_id(envelope.return_path) == 4242
+    assert envelope.mail_from == envelope.return_path
     assert b"bounces+4242" not in envelope.wire  # an envelope matter, not a header
     assert Renderer(None, mail_from="shop@example.com").render(msg).mail_from == \
         "shop@example.com"
     with pytest.raises(ConfigError):
-        Renderer(None, mail_from="shop@example.com", return_path="bounces@shop.example")
+        Renderer(None, mail_from="shop@example.com", return_path="bounces@shop.example",
+                 return_path_secret=secret)
+    with pytest.raises(ConfigError):  # no secret: a return path anyone could forge
+        Renderer(None, mail_from="shop@example.com", return_path="bounces+{id}@shop.example")
 
 
 # -- enqueue and render read addresses with one parser (mailout.message.addresses) -------------

@@ -4,6 +4,7 @@ of repr; the VERP return path."""
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 
@@ -20,6 +21,7 @@ def test_only_configured_providers_are_enabled_and_secrets_stay_out_of_repr() ->
               "MAILOUT_WEBHOOK_TOLERANCE": "10m", "MAILOUT_BOUNCE_RATE_ALERT": "2%",
               "MAILOUT_COMPLAINT_RATE_ALERT": "off",
               "MAILOUT_RETURN_PATH": "bounces+{id}@shop.example",
+              "MAILOUT_RETURN_PATH_SECRET": "return-path-secret-0123",
               "MAILOUT_SOFT_BOUNCE_LIMIT": "5", "MAILOUT_SOFT_BOUNCE_WINDOW": "3d"})
     assert s.providers == ("resend", "postmark")
     assert s.resend_secret == b"0123456789abcdef0123"
@@ -27,6 +29,7 @@ def test_only_configured_providers_are_enabled_and_secrets_stay_out_of_repr() ->
     assert (s.policy.soft_bounce_limit, s.policy.soft_bounce_window) == (5, 3 * 86400.0)
     assert "long-password" not in repr(s)
     assert "0123456789" not in repr(s)
+    assert "return-path-secret" not in repr(s)
     assert load({}).providers == ()
 
 
@@ -40,6 +43,9 @@ def test_only_configured_providers_are_enabled_and_secrets_stay_out_of_repr() ->
     ({"MAILOUT_SNS_TEST_ORIGIN": "http://localhost:1"}, "MAILOUT_SNS_TEST_ORIGIN"),
     ({"MAILOUT_RETURN_PATH": "bounces@shop.example"}, "MAILOUT_RETURN_PATH"),
     ({"MAILOUT_RETURN_PATH": "bounces {id}@shop.example"}, "MAILOUT_RETURN_PATH"),
+    ({"MAILOUT_RETURN_PATH": "bounces+{id}@shop.example"}, "MAILOUT_RETURN_PATH_SECRET"),
+    ({"MAILOUT_RETURN_PATH": "bounces+{id}@shop.example",
+      "MAILOUT_RETURN_PATH_SECRET": "short"}, "MAILOUT_RETURN_PATH_SECRET"),
     ({"MAILOUT_SOFT_BOUNCE_LIMIT": "0"}, "MAILOUT_SOFT_BOUNCE_LIMIT"),
 ])
 def test_bad_values_name_their_variable(env: dict[str, str], variable: str) -> None:
@@ -48,11 +54,31 @@ def test_bad_values_name_their_variable(env: dict[str, str], variable: str) -> N
     assert caught.value.setting == variable
 
 
+RP_SECRET = "return-path-secret-0123"
+
+
 def test_return_path_round_trip() -> None:
-    rp = ReturnPath("bounces+{id}@Shop.example")
-    assert rp.for_row(42) == "bounces+42@Shop.example"
-    assert rp.row_id("<Bounces+42@shop.example>") == 42
-    assert rp.row_id("bounces+42x@shop.example") is None
-    assert rp.row_id("bounces+42@other.example") is None
+    rp = ReturnPath("bounces+{id}@Shop.example", RP_SECRET)
+    address = rp.for_row(42)
+    assert re.fullmatch(r"bounces\+42-[0-9a-f]{16}@Shop\.example", address)
+    assert rp.row_id(f"<{address.upper()}>") == 42  # MTAs may change the case
+    assert rp.row_id(address.replace("@Shop", "@other")) is None
     assert rp.row_id("bounces@shop.example") is None
     assert rp.row_id(None) is None
+
+
+def test_a_return_path_without_a_valid_tag_names_no_row() -> None:
+    rp = ReturnPath("bounces+{id}@shop.example", RP_SECRET)
+    tag = rp.for_row(42).split("-")[1].split("@")[0]
+    assert rp.row_id("bounces+42@shop.example") is None  # unsigned, as before the secret
+    assert rp.row_id(f"bounces+43-{tag}@shop.example") is None  # another row, 42's tag
+    assert rp.row_id("bounces+42-0000000000000000@shop.example") is None
+    forged = ReturnPath("bounces+{id}@shop.example", "someone-elses-secret").for_row(42)
+    assert rp.row_id(forged) is None
+
+
+def test_return_path_secrets_rotate() -> None:
+    old = ReturnPath("bounces+{id}@shop.example", "the-old-secret-0123")
+    both = ReturnPath("bounces+{id}@shop.example", "the-new-secret-0123, the-old-secret-0123")
+    assert both.row_id(old.for_row(7)) == 7  # mail sent before the rotation still links
+    assert both.for_row(7) != old.for_row(7)  # the first secret signs
