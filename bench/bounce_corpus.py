@@ -59,6 +59,7 @@ VERDICT_HARD = "hard"
 VERDICT_SOFT = "soft"
 VERDICT_COMPLAINT = "complaint"
 VERDICT_NONE = "none"  # a delivery, an auto-reply: no bounce at all
+VERDICT_AUTH_FAILURE = "auth_failure"  # Sisimai's feedback of type auth-failure (RFC 6591)
 
 _SISIMAI_PSEUDO_STATUS = re.compile(r"[245]\.0\.9\d\d")
 _SISIMAI_SCRIPT = r"""
@@ -158,8 +159,10 @@ def flufl_files(root: Path | None = None) -> tuple[list[Path], dict[str, tuple[s
                 source = tar.extractfile(member)
                 if source is not None:
                     (staging / Path(name).name).write_bytes(source.read())
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)
+        try:
+            staging.rename(out)  # atomic: a concurrent reader sees all of it or nothing
+        except OSError:  # another process extracted it first
+            shutil.rmtree(staging, ignore_errors=True)
     files = sorted(p for p in out.iterdir() if p.suffix == ".txt")
     return files, _mailman_expected(expected_py.read_text("utf-8"))
 
@@ -203,7 +206,9 @@ def sisimai_oracle(files: list[Path]) -> dict[Path, tuple[Expected, ...]]:
 
 def _expected(row: dict[str, object]) -> Expected:
     reason = str(row.get("reason") or "")
-    if reason == "feedback":
+    if reason == "feedback" and row.get("feedbacktype") == "auth-failure":
+        verdict = VERDICT_AUTH_FAILURE
+    elif reason == "feedback":
         verdict = VERDICT_COMPLAINT
     elif reason in ("delivered", "vacation") or row.get("softbounce") == -1:
         verdict = VERDICT_NONE

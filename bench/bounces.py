@@ -35,6 +35,7 @@ from email.message import Message
 from typing import Any
 
 from bench.bounce_corpus import (
+    VERDICT_AUTH_FAILURE,
     VERDICT_COMPLAINT,
     VERDICT_HARD,
     VERDICT_NONE,
@@ -71,6 +72,7 @@ class Score:
     hard_verdicts: int = 0
     hard_right: int = 0
     junk_addresses: int = 0
+    complaints_to_linked: int = 0
     non_rfc_with_address: int = 0
     non_rfc_read: int = 0
     non_rfc_linkable: int = 0
@@ -120,6 +122,8 @@ def verdict_of(event: Any) -> str:
         return VERDICT_SOFT
     if kind == "complained":
         return VERDICT_COMPLAINT
+    if kind == "auth_failure":
+        return VERDICT_AUTH_FAILURE
     return VERDICT_NONE
 
 
@@ -192,6 +196,13 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
     else:
         s.parsed += 1
     for address, exp in expected.items():
+        if (address not in ours and "" in ours
+                and exp.verdict in (VERDICT_COMPLAINT, VERDICT_AUTH_FAILURE)):
+            # mailout names no complainant it cannot verify (the enclosed To: is not
+            # read): ingestion acts on the linked message's recipient.
+            s.complaints_to_linked += 1
+            _score_verdict(s, sample, exp, ours[""])
+            continue
         s.recipients += 1
         event = ours.get(address)
         if event is None:
@@ -201,7 +212,7 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
         s.addresses_right += 1
         _score_verdict(s, sample, exp, event)
     for address in ours:
-        if address not in expected and not _ADDR_SPEC.fullmatch(address):
+        if address and address not in expected and not _ADDR_SPEC.fullmatch(address):
             s.junk_addresses += 1
             s.notes.append(f"{sample.name}: junk address {address!r}")
 
@@ -242,6 +253,8 @@ def report(name: str, s: Score) -> str:
         f"  soft->hard {s.share(s.soft_to_hard, s.oracle_soft)} of Sisimai's soft bounces",
         f"  hard right {s.share(s.hard_right, s.hard_verdicts)} of mailout's hard verdicts",
         f"  junk addresses {s.junk_addresses}",
+        f"  complaints naming no recipient (act on the linked message's): "
+        f"{s.complaints_to_linked}",
         f"  non-RFC    {s.non_rfc_with_address} with a recipient: "
         f"{s.non_rfc_read} read with the right address, {s.non_rfc_linkable} of them "
         "with a Message-ID or return path",

@@ -323,6 +323,7 @@ class Provider(enum.StrEnum):
     BREVO = "brevo"  # Brevo transactional webhooks (basic auth or bearer token)
     DSN = "dsn"  # an RFC 3464 delivery status notification read from mail
     ARF = "arf"  # an RFC 5965 abuse feedback report read from mail
+    TEXT_BOUNCE = "text_bounce"  # a plain-text bounce (qmail, Exim...) read from mail
     OPERATOR = "operator"  # recorded by hand
 
 

@@ -95,19 +95,22 @@ def bounces_group() -> None:
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--mbox", is_flag=True, help="Each FILE is an mbox of several reports.")
 @click.option("--skip-invalid", is_flag=True,
-              help="Report and skip input that is not a DSN or ARF report, instead of "
-                   "refusing the whole batch (for a pipe that also gets other mail).")
+              help="Report, count and skip every input that is not a bounce or complaint "
+                   "report, instead of refusing the whole batch (for a pipe that also gets "
+                   "other mail).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_invalid: bool,
                as_json: bool) -> None:
-    """Read RFC 3464 DSNs and RFC 5965 ARF reports from FILES, or stdin ('-' or none).
+    """Read bounces and complaints from FILES, or stdin ('-' or none): RFC 3464
+    DSNs, RFC 5965 ARF reports and plain-text bounces (qmail, Exim...).
 
-    Every report is parsed first; one that is not a DSN or ARF report stops the run
-    with its name and the reason, and nothing is stored (unless --skip-invalid). Then
-    all events are stored in one transaction, linked by Message-ID or by the VERP
-    return path (MAILOUT_RETURN_PATH), and suppress addresses as webhooks do. For a
-    Postfix pipe transport: ``mailout bounces ingest --skip-invalid -``.
+    Every report is parsed first; one that is not a bounce stops the run with its name
+    and the reason, and nothing is stored (unless --skip-invalid). Then all events are
+    stored in one transaction, linked by Message-ID or by the signed VERP return path
+    (MAILOUT_RETURN_PATH); a report linked to none of our messages is kept unverified
+    and acts on nothing. For a Postfix pipe transport:
+    ``mailout bounces ingest --skip-invalid -``.
     """
     from mailout.feedback import dsn
     from mailout.feedback.ingest import ingest
@@ -131,14 +134,15 @@ def ingest_cmd(obj: dict[str, Any], files: tuple[str, ...], mbox: bool, skip_inv
     doc = {"events": len(events), "stored": result.stored, "duplicates": result.duplicates,
            "matched": result.matched, "unmatched": result.unmatched,
            "unverified": result.unverified, "suppressed": list(result.suppressed),
-           "skipped": skipped}
+           "sender_rejected": result.sender_rejected, "skipped": skipped}
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(f"{len(events)} events: {result.stored} stored, {result.duplicates} already "
                f"stored, {result.matched} matched, {result.unmatched} unmatched "
                f"({result.unverified} unverified: they act on nothing), "
-               f"{len(result.suppressed)} addresses suppressed")
+               f"{len(result.suppressed)} addresses suppressed, {len(skipped)} inputs "
+               "skipped")
     for line in skipped:
         click.echo(f"skipped {one_line(line)}", err=True)
 
@@ -169,13 +173,25 @@ def _inputs(files: tuple[str, ...], mbox: bool) -> list[tuple[str, bytes]]:
                 raise click.UsageError("--mbox reads files, not stdin")
             out.append(("<stdin>", raw))
         elif mbox:
-            out.extend(dsn.read_mbox(Path(name)))
+            out.extend(_mbox(Path(name)))
         else:
             path = Path(name)
             if not path.is_file():
                 raise click.BadParameter(f"{name}: no such file", param_hint="FILES")
             out.append((name, path.read_bytes()))
     return out
+
+
+def _mbox(path: Path) -> list[tuple[str, bytes]]:
+    from mailout.feedback import dsn
+
+    if not path.is_file():
+        raise click.BadParameter(f"{path}: no such file", param_hint="FILES")
+    try:
+        return list(dsn.read_mbox(path))
+    except (OSError, ValueError) as exc:  # unreadable, or not an mbox the mailbox module reads
+        raise click.ClickException(f"{one_line(str(path))}: cannot read it as an mbox "
+                                   f"({type(exc).__name__})") from None
 
 
 @bounces_group.command("events")

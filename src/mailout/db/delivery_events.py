@@ -39,7 +39,7 @@ MATCHED_BY_MESSAGE_ID = "message_id"
 MATCHED_BY_RETURN_PATH = "return_path"
 # Reports that arrive as mail: anyone can send them, so unlinked ones are unverified and
 # count for nothing (webhook events are signed by their provider).
-MAIL_REPORT_PROVIDERS = ("dsn", "arf")
+MAIL_REPORT_PROVIDERS = ("dsn", "arf", "text_bounce")
 SENDER_SIDE = ("sender_rejected",)  # bounce reasons that blame our sender, not the address
 
 

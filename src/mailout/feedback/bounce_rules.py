@@ -155,6 +155,11 @@ TEXT_RULES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
                           r"protocol (?:error|violation)", r"line too long")),
 )
 
+# Receiving hosts whose "user unknown" is not one: Japanese mobile carriers answer
+# "550 Unknown user" when the recipient's sender filter refuses the mail.
+FILTERING_HOSTS = re.compile(r"(?:^|\.)(?:ezweb\.ne\.jp|docomo\.ne\.jp|softbank\.ne\.jp|"
+                             r"i\.softbank\.jp)$|^mfsmax\.", re.IGNORECASE)
+
 # ``subject.detail`` of an enhanced status code (RFC 3463 and its IANA registry).
 CODE_RULES: dict[str, Reason] = {
     "1.0": Reason.MAILBOX_UNKNOWN, "1.1": Reason.MAILBOX_UNKNOWN,
@@ -247,9 +252,11 @@ def reason_for_code(code: str | None) -> Reason:
     return CODE_RULES.get(f"{subject}.{detail}") or SUBJECT_RULES.get(subject, Reason.UNKNOWN)
 
 
-def classify(status: str | None, diagnostic: str | None) -> Verdict:
-    """The verdict for one failed recipient: the ``Status`` field (or None) and the
-    diagnostic text (which may hold codes of its own).
+def classify(status: str | None, diagnostic: str | None,
+             remote_host: str | None = None) -> Verdict:
+    """The verdict for one failed recipient: the ``Status`` field (or None), the
+    diagnostic text (which may hold codes of its own) and the host that refused it
+    (a DSN's ``Remote-MTA``), when known.
 
     The reason is the most specific statement's. Hard needs more: no statement may
     blame something else. A ``Status: 5.2.1`` (mailbox disabled) with "User unknown",
@@ -261,6 +268,8 @@ def classify(status: str | None, diagnostic: str | None) -> Verdict:
     reason = reason_for_text(_text_only(diagnostic)) or reason_for_code(code)
     if _DELIVERY_PROGRAM.match(diagnostic or ""):
         reason = Reason.SYSTEM  # a local delivery program failed (procmail...), not the address
+    if reason is Reason.MAILBOX_UNKNOWN and FILTERING_HOSTS.search(remote_host or ""):
+        reason = Reason.POLICY
     stated = {reason_for_code(c) for c in codes(status) + codes(diagnostic)
               if not _generic(c)}
     if stated & SENDER_SIDE_REASONS:

@@ -28,27 +28,31 @@ import email
 import mailbox
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.message import Message
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from mailout.exceptions import MailoutError
+from mailout.feedback import plain_bounces
+from mailout.feedback import report_parts as parts
 from mailout.feedback.bounce_rules import classify
-from mailout.feedback.events import clip, derived_id, normalize_message_id, payload_text
-from mailout.message.addresses import normalize_address
+from mailout.feedback.events import clip, derived_id, payload_text
 from mailout.models import BounceKind, Event, EventType, Provider
 
 MAX_REPORT_BYTES = 10_000_000
 MAX_ARF_RECIPIENTS = 100  # Original-Rcpt-To fields read from one feedback report
+MAX_RECIPIENT_BLOCKS = 1000  # per-recipient blocks read from one delivery status
 AUTH_FAILURE = "auth-failure"  # RFC 6591's Feedback-Type: not a complaint
 _STATUS = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 _DELIVERY_STATUS = ("message/delivery-status", "message/global-delivery-status")
 _FEEDBACK = ("message/feedback-report",)
-_ORIGINAL = ("message/rfc822", "message/global", "text/rfc822-headers",
-             "message/rfc822-headers", "message/global-headers")
-_VERP_HEADERS = ("X-Original-To", "Delivered-To", "Envelope-To", "To")
-_DELIVERED_ACTIONS = frozenset({"delivered", "relayed", "expanded"})
+# Action values, and what MTAs write instead (with comments: "failed (Bad destination
+# mailbox address)"; "failure", "expired", "deliverable").
+_ACTIONS = {"failed": "failed", "failure": "failed", "expired": "failed",
+            "delayed": "delayed", "delivered": "delivered", "deliverable": "delivered",
+            "relayed": "delivered", "expanded": "delivered"}
+_ACTION_BY_CLASS = {"5": "failed", "4": "delayed", "2": "delivered"}
 
 
 class ReportError(MailoutError, ValueError):
@@ -61,7 +65,8 @@ class ReportError(MailoutError, ValueError):
 
 
 def parse(data: bytes, source: str = "<input>") -> list[Event]:
-    """The events in one report (one per recipient). Raises :class:`ReportError`."""
+    """The events in one report (one per recipient). Raises :class:`ReportError`,
+    and nothing else, for any input."""
     if len(data) > MAX_REPORT_BYTES:
         raise ReportError(source, f"larger than {MAX_REPORT_BYTES} bytes")
     if not data.strip():
@@ -71,28 +76,42 @@ def parse(data: bytes, source: str = "<input>") -> list[Event]:
         return parse_message(msg, source, fingerprint=derived_id(data))
     except ReportError:
         raise
-    except (ValueError, TypeError, AttributeError, LookupError, UnicodeError) as exc:
+    except (ValueError, TypeError, AttributeError, LookupError, UnicodeError,
+            IndexError, RecursionError) as exc:
         # The email package can trip over mangled input in many ways: unreadable.
         raise ReportError(source, f"unreadable ({type(exc).__name__})") from None
 
 
 def parse_message(msg: Message, source: str = "<input>",
                   fingerprint: str | None = None) -> list[Event]:
-    """:func:`parse` for an already parsed message."""
-    if msg.get_content_type() != "multipart/report":
-        raise ReportError(source, f"not a multipart/report but {msg.get_content_type()}: "
-                          "only RFC 3464 DSNs and RFC 5965 ARF reports are read")
-    own_id = normalize_message_id(_h(msg, "Message-ID")) or fingerprint or ""
-    original = _original_headers(msg)
-    return_path = _return_path(msg, original)
-    for part in msg.walk():
+    """:func:`parse` for an already parsed message.
+
+    The report part is looked for anywhere in the message, not only in a top-level
+    ``multipart/report``: OpenSMTPD, McAfee and Domino wrap the report in a
+    ``multipart/mixed``. A message with no report part is read as a plain-text
+    bounce (:mod:`mailout.feedback.plain_bounces`).
+    """
+    own_id = parts.clean_message_id(parts.header(msg, "Message-ID")) or fingerprint or ""
+    original = parts.original_headers(msg)
+    return_path = parts.return_path(msg, original)
+    for part in parts.walk(msg):
         kind = part.get_content_type()
         if kind in _DELIVERY_STATUS:
-            return _dsn_events(part, msg, original, return_path, own_id, source)
+            try:
+                return _dsn_events(part, msg, original, return_path, own_id, source)
+            except ReportError:
+                # An empty or unreadable delivery status ("Message removed"): the
+                # text part may still name the address.
+                if found := plain_bounces.events(msg, return_path, own_id):
+                    return found
+                raise
         if kind in _FEEDBACK:
             return _arf_events(part, msg, original, return_path, own_id, source)
-    raise ReportError(source, "a multipart/report without a message/delivery-status or "
-                      "message/feedback-report part")
+    events = plain_bounces.events(msg, return_path, own_id)
+    if not events:
+        raise ReportError(source, f"not a bounce: no delivery-status or feedback-report "
+                          f"part, and no failed address in the text ({msg.get_content_type()})")
+    return events
 
 
 def read_mbox(path: Path) -> Iterator[tuple[str, bytes]]:
@@ -105,70 +124,115 @@ def read_mbox(path: Path) -> Iterator[tuple[str, bytes]]:
         box.close()
 
 
-def _h(msg: Message, name: str) -> str | None:
-    """A header as text (an undecodable one comes back as a Header object), or None."""
-    value = msg.get(name)
-    return None if value is None else str(value)
-
-
 # -- RFC 3464 ----------------------------------------------------------------------
 
 def _blocks(part: Message, source: str) -> list[Message]:
     payload = part.get_payload()
     if isinstance(payload, list) and payload and all(isinstance(b, Message) for b in payload):
-        return list(payload)
+        return list(payload)[:MAX_RECIPIENT_BLOCKS + 1]
     raw = part.get_payload(decode=True)
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload or "")
-    blocks = [email.message_from_string(chunk.strip() + "\n")
-              for chunk in re.split(r"\r?\n\s*\r?\n", text) if chunk.strip()]
+    chunks = [c for c in re.split(r"\r?\n[ \t]*\r?\n", text.replace("\r\n", "\n"))
+              if c.strip()][:MAX_RECIPIENT_BLOCKS + 1]
+    blocks = [email.message_from_string(chunk.strip() + "\n") for chunk in chunks]
     if not blocks:
         raise ReportError(source, "the delivery-status part is empty")
     return blocks
 
 
+def _names_a_recipient(block: Message) -> bool:
+    return bool(parts.header(block, "Final-Recipient")
+                or parts.header(block, "Original-Recipient"))
+
+
 def _dsn_events(part: Message, msg: Message, original: Message | None,
                 return_path: str | None, own_id: str, source: str) -> list[Event]:
     blocks = _blocks(part, source)
-    per_message, recipients = blocks[0], blocks[1:]
-    if _h(per_message, "Final-Recipient") and not _h(per_message, "Reporting-MTA"):
-        recipients = blocks  # a report without the per-message block
-        per_message = Message()
+    per_message = blocks[0]
+    # Some MTAs write the per-message and the first recipient's fields in one block,
+    # or leave out the per-message block: every block naming a recipient is one.
+    recipients = [b for b in blocks if _names_a_recipient(b)]
     if not recipients:
         raise ReportError(source, "the delivery status names no recipient")
-    message_id = _original_message_id(original)
-    fallback_time = _date(_h(per_message, "Arrival-Date")) or _date(_h(msg, "Date"))
+    message_id = parts.original_message_id(original)
+    fallback_time = (parts.date(parts.header(per_message, "Arrival-Date"))
+                     or parts.date(parts.header(msg, "Date")))
     events = []
     for block in recipients:
         event = _recipient_event(block, message_id, return_path, own_id, fallback_time)
         if event is not None:
             events.append(event)
     if not events:
-        raise ReportError(source, "no recipient block has a Final-Recipient and an Action")
-    return events
+        raise ReportError(source, "no recipient block has an Action or a Status")
+    return _name_the_unnamed(events, msg)
+
+
+def _name_the_unnamed(events: list[Event], msg: Message) -> list[Event]:
+    """A report whose one recipient field is not an address (a pipe command, a
+    mailbox path: ``rfc822;|/usr/bin/procmail``) often names the address in its text:
+    when the plain-text detectors find exactly one address there that no block
+    names, it is that recipient's."""
+    unnamed = [i for i, e in enumerate(events) if not e.recipient]
+    if len(unnamed) != 1:
+        return events
+    named = {e.recipient for e in events}
+    found = {e.recipient for e in plain_bounces.events(msg, None, "")} - named
+    if len(found) != 1:
+        return events
+    i = unnamed[0]
+    return [*events[:i], replace(events[i], recipient=found.pop()), *events[i + 1:]]
+
+
+def _action(block: Message, status: str) -> str | None:
+    """``failed``, ``delayed`` or ``delivered``: the Action's first word, read
+    leniently, else what the Status class says; None when neither says anything."""
+    word = re.match(r"\s*([a-z]+)", (parts.header(block, "Action") or "").lower())
+    if word and word.group(1) in _ACTIONS:
+        return _ACTIONS[word.group(1)]
+    code = _STATUS.search(status)
+    return _ACTION_BY_CLASS.get(code.group(1)) if code else None
+
+
+def _recipient(block: Message) -> str:
+    """The recipient's address: ``Final-Recipient`` when it is an Internet address,
+    else ``Original-Recipient`` (an X.400 or internal final address), else ""."""
+    for name in ("Final-Recipient", "Original-Recipient", "X-Actual-Recipient"):
+        found = parts.recipient_address(parts.header(block, name))
+        if found:
+            return found
+    return ""
+
+
+def _remote_host(block: Message) -> str | None:
+    """``Remote-MTA: dns; mx.example.com [192.0.2.1]`` -> ``mx.example.com``."""
+    value = parts.header(block, "Remote-MTA")
+    found = re.match(r"[^;]*;\s*([A-Za-z0-9.-]+)", value or "")
+    return found.group(1).rstrip(".").lower() if found else None
 
 
 def _recipient_event(block: Message, message_id: str | None, return_path: str | None,
                      own_id: str, fallback_time: datetime | None) -> Event | None:
-    final = _h(block, "Final-Recipient") or _h(block, "Original-Recipient")
-    action = (_h(block, "Action") or "").strip().lower()
-    if not final or not action:
+    status = (parts.header(block, "Status") or "").strip()
+    action = _action(block, status)
+    if action is None:
         return None
-    recipient = normalize_address(_address_field(final))
-    status = (_h(block, "Status") or "").strip()
-    diagnostic = clip(_unfold(_h(block, "Diagnostic-Code")))
-    reason = None
+    recipient = _recipient(block)
+    diagnostic = clip(parts.unfold(parts.header(block, "Diagnostic-Code")))
+    reason = code = None
     if action == "failed":
-        verdict = classify(status, diagnostic)
+        verdict = classify(status, diagnostic, _remote_host(block))
         etype, subtype, reason = EventType.BOUNCED, verdict.kind.value, verdict.reason.value
+        code = verdict.status
     elif action == "delayed":
         etype, subtype = EventType.DEFERRED, None
-    elif action in _DELIVERED_ACTIONS:
-        etype, subtype = EventType.DELIVERED, None
     else:
-        return None
-    detail = " ".join(x for x in (status, diagnostic) if x) or None
-    occurred = _date(_h(block, "Last-Attempt-Date")) or fallback_time or datetime.now(UTC)
-    record = {k: _unfold(v) for k, v in block.items()}
+        etype, subtype = EventType.DELIVERED, None
+    shown = code or status
+    said = f"(Status {status})" if status and code and status != code else None
+    detail = " ".join(x for x in (shown, said, diagnostic) if x) or None
+    occurred = (parts.date(parts.header(block, "Last-Attempt-Date")) or fallback_time
+                or datetime.now(UTC))
+    record = {k: parts.unfold(v) for k, v in block.items()}
     return Event(
         provider=Provider.DSN, event_id=derived_id("dsn", own_id, recipient, action, status),
         type=etype, subtype=subtype, reason=reason, recipient=recipient, occurred_at=occurred,
@@ -179,7 +243,8 @@ def _recipient_event(block: Message, message_id: str | None, return_path: str | 
 
 def bounce_kind(status: str | None, diagnostic: str | None = None) -> BounceKind:
     """Hard only for a permanent failure of the mailbox or its domain, as
-    :func:`mailout.feedback.bounce_rules.classify` judges the Status and the diagnostic together."""
+    :func:`mailout.feedback.bounce_rules.classify` judges the Status and the diagnostic
+    together."""
     return classify(status, diagnostic).kind
 
 
@@ -189,29 +254,31 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
                 return_path: str | None, own_id: str, source: str) -> list[Event]:
     blocks = _blocks(part, source)
     report = blocks[0]
-    feedback = (_h(report, "Feedback-Type") or "").strip().lower()
+    feedback = clean_token(parts.header(report, "Feedback-Type"))
     if not feedback:
         raise ReportError(source, "the feedback report has no Feedback-Type")
     if feedback == "not-spam":
         return []
-    message_id = _original_message_id(original)
+    message_id = parts.original_message_id(original)
     # Only Original-Rcpt-To names the complainant. The enclosed message's To: is
     # whatever the sender wrote (10,000 addresses, in a forged report): never read it.
-    recipients = [normalize_address(_address_field(v))
-                  for v in report.get_all("Original-Rcpt-To") or []][:MAX_ARF_RECIPIENTS]
+    named = (parts.recipient_address(parts.clean(str(v)))
+             for v in (report.get_all("Original-Rcpt-To") or [])[:MAX_ARF_RECIPIENTS])
+    recipients = [r for r in named if r]
     if not recipients and message_id is None and return_path is None:
         raise ReportError(source, "the complaint names neither a recipient nor the "
                           "original Message-ID")
-    occurred = (_date(_h(report, "Arrival-Date")) or _date(_h(report, "Received-Date"))
-                or _date(_h(msg, "Date")) or datetime.now(UTC))
-    record = {k: _unfold(v) for k, v in report.items()}
+    occurred = (parts.date(parts.header(report, "Arrival-Date"))
+                or parts.date(parts.header(report, "Received-Date"))
+                or parts.date(parts.header(msg, "Date")) or datetime.now(UTC))
+    record = {k: parts.unfold(v) for k, v in report.items()}
     return [
         Event(provider=Provider.ARF, event_id=derived_id("arf", own_id, rcpt),
               type=(EventType.AUTH_FAILURE if feedback == AUTH_FAILURE
                     else EventType.COMPLAINED), subtype=feedback[:32], recipient=rcpt,
               occurred_at=occurred, message_id=message_id, return_path=return_path,
               diagnostic=clip(f"feedback {feedback} from "
-                              f"{_unfold(report.get('User-Agent')) or 'unknown agent'}"),
+                              f"{parts.unfold(report.get('User-Agent')) or 'unknown agent'}"),
               payload=payload_text(record))
         for rcpt in recipients or [""]  # redacted: the linked row names the recipient
     ]
@@ -219,57 +286,10 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
 
 # -- shared ------------------------------------------------------------------------
 
-def _original_headers(msg: Message) -> Message | None:
-    for part in msg.walk():
-        kind = part.get_content_type()
-        if kind not in _ORIGINAL:
-            continue
-        payload = part.get_payload()
-        if isinstance(payload, list) and payload and isinstance(payload[0], Message):
-            return payload[0]
-        raw = part.get_payload(decode=True)
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload)
-        return email.message_from_string(text.lstrip())
-    return None
-
-
-def _original_message_id(original: Message | None) -> str | None:
-    if original is None:
-        return None
-    return normalize_message_id(_h(original, "Message-ID"))
-
-
-def _return_path(msg: Message, original: Message | None) -> str | None:
-    """Where the bounce was sent: the address a VERP return path would show up as."""
-    for name in _VERP_HEADERS:
-        value = _h(msg, name)
-        if value and "+" in value:
-            return normalize_address(email.utils.parseaddr(str(value))[1] or str(value))
-    if original is not None and _h(original, "Return-Path"):
-        return normalize_address(str(_h(original, "Return-Path")))
-    return None
-
-
-def _address_field(value: str) -> str:
-    """``rfc822; user@example.com`` -> ``user@example.com``."""
-    _, _, address = str(value).partition(";")
-    return address if address.strip() else str(value)
-
-
-def _unfold(value: object) -> str | None:
-    if value is None:
-        return None
-    return re.sub(r"\s*\r?\n\s*", " ", str(value)).strip()
-
-
-def _date(value: object) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = parsedate_to_datetime(str(value).strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+def clean_token(value: str | None) -> str:
+    """A one-word field value (``Feedback-Type``) in lower case, at most 32 characters."""
+    match = re.match(r"\s*([a-z0-9._-]+)", (value or "").lower())
+    return match.group(1)[:32] if match else ""
 
 
 def provider_bounce_kind(permanent: bool, text: str | None) -> BounceKind:

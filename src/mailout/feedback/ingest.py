@@ -46,7 +46,7 @@ REASON_COMPLAINT = "complaint"
 REASON_UNSUBSCRIBE = "unsubscribe"
 REASON_MANUAL = "manual"
 # Events read from mail rather than received from a signed webhook.
-MAIL_REPORTS = frozenset({Provider.DSN, Provider.ARF})
+MAIL_REPORTS = frozenset({Provider.DSN, Provider.ARF, Provider.TEXT_BOUNCE})
 SENDER_SIDE = frozenset(r.value for r in SENDER_SIDE_REASONS)
 _REDACTED = re.compile(r"x+|\*+|#+|redacted|removed|anonymi[sz]ed|undisclosed[-_ ]?recipients?|"
                        r"unknown|\.+")

@@ -47,12 +47,12 @@ def test_ingest_files_and_stdin_then_manage_the_list(db_url: str, tmp_path: Path
     assert json.loads(proc.stdout)["duplicates"] == 1
     # a malformed report stops the batch and nothing is stored
     bad = mailout("bounces", "ingest", str(CORPUS / "exim_hard.eml"),
-                  str(CORPUS / "malformed_plaintext.eml"), env=env, expect=1)
-    assert "malformed_plaintext.eml" in bad.stderr
+                  str(CORPUS / "not_a_bounce.eml"), env=env, expect=1)
+    assert "not_a_bounce.eml" in bad.stderr
     assert "nothing was stored" in bad.stderr
     skip = json.loads(mailout("bounces", "ingest", "--skip-invalid", "--json",
                               str(CORPUS / "exim_hard.eml"),
-                              str(CORPUS / "malformed_plaintext.eml"), env=env).stdout)
+                              str(CORPUS / "not_a_bounce.eml"), env=env).stdout)
     assert (skip["stored"], len(skip["skipped"])) == (1, 1)
 
     [report] = json.loads(mailout("report", "--json", env=env).stdout)
@@ -118,3 +118,27 @@ def test_an_mbox_of_reports_is_read_whole(sqlite_url: str, tmp_path: Path) -> No
     # The redacted complaint acts on the linked message's recipient, never on the
     # placeholder its enclosed To: shows.
     assert sorted(out["suppressed"]) == ["reader@hotmail.example", "typo.name@gmial.example"]
+
+
+def test_bad_inputs_give_one_line_errors_and_skip_invalid_counts_each(
+        sqlite_url: str, tmp_path: Path) -> None:
+    env = {"MAILOUT_DATABASE_URL": sqlite_url}
+    for args in (("--mbox", str(tmp_path / "nonexistent")), (str(tmp_path / "nonexistent"),)):
+        proc = mailout("bounces", "ingest", *args, env=env, expect=2)
+        assert "Traceback" not in proc.stderr
+        assert "no such file" in proc.stderr
+    deep = b"From: x@example.com\n" + b"".join(
+        f'Content-Type: multipart/mixed; boundary="b{i}"\n\n--b{i}\n'.encode()
+        for i in range(3000))
+    (tmp_path / "deep.eml").write_bytes(deep)
+    (tmp_path / "nul.eml").write_bytes((CORPUS / "postfix_hard.eml").read_bytes().replace(
+        b"nobody@gmail.example", b"nob\x00ody@gmail.example"))
+    names = [str(tmp_path / "deep.eml"), str(CORPUS / "not_a_bounce.eml"),
+             str(tmp_path / "nul.eml"), str(CORPUS / "gmail_hard.eml")]
+    refused = mailout("bounces", "ingest", *names, env=env, expect=1)
+    assert "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    out = json.loads(mailout("bounces", "ingest", "--skip-invalid", "--json", *names,
+                             env=env).stdout)
+    assert len(out["skipped"]) == 2  # the nested one and the auto-reply, each named
+    assert out["stored"] == 2  # the NUL report is stored (without its junk recipient)

@@ -79,6 +79,13 @@ def test_verdict(status: str | None, diagnostic: str | None, kind: BounceKind,
     assert (verdict.kind, verdict.reason) == (kind, reason)
 
 
+@pytest.mark.parametrize("host", ["lsean.ezweb.ne.jp", "mfsmax.docomo.ne.jp"])
+def test_a_carriers_user_unknown_is_its_sender_filter(host: str) -> None:
+    verdict = classify("5.0.0", "smtp; 550 : User unknown", host)
+    assert (verdict.kind, verdict.reason) == (SOFT, Reason.POLICY)
+    assert classify("5.0.0", "smtp; 550 : User unknown", "mx.example.com").kind is HARD
+
+
 def test_sender_side_reasons_are_flagged_and_never_hard() -> None:
     verdict = classify("5.1.8", "smtp; 553 5.1.8 sender domain must exist")
     assert verdict.sender_side

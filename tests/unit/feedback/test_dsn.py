@@ -103,15 +103,24 @@ def test_the_same_report_parsed_twice_gives_the_same_ids() -> None:
 
 
 @pytest.mark.parametrize(("name", "reason"), [
-    ("malformed_plaintext.eml", "not a multipart/report"),
+    ("not_a_bounce.eml", "not a bounce: no delivery-status"),
     ("malformed_no_recipients.eml", "names no recipient"),
-    ("malformed_truncated.eml", "without a message/delivery-status"),
+    ("malformed_truncated.eml", "not a bounce: no delivery-status"),
 ])
 def test_malformed_reports_are_refused_with_a_reason(name: str, reason: str) -> None:
     with pytest.raises(dsn.ReportError, match=reason) as caught:
         _events(name)
     assert caught.value.source == name
     assert isinstance(caught.value, ValueError)
+
+
+def test_a_plain_text_qmail_bounce_is_read_conservatively() -> None:
+    [event] = _events("malformed_plaintext.eml")
+    assert event.provider is Provider.TEXT_BOUNCE
+    assert (event.type, event.recipient) == (EventType.BOUNCED, "someone@oldmta.example")
+    # "no mailbox here by that name (#5.1.1)": a known permanent mailbox failure.
+    assert (event.subtype, event.reason) == (BounceKind.HARD, "mailbox_unknown")
+    assert event.message_id is None  # nothing to link it by: ingestion keeps it unverified
 
 
 def test_empty_and_oversized_input_are_refused() -> None:

@@ -1,0 +1,141 @@
+"""Reading the parts of a bounce or complaint message safely: a bounded walk over its
+MIME tree, header values cleaned for storage, addresses checked, the original
+message's Message-ID and the return path the report was sent to.
+
+Everything here expects hostile input: a report may nest multiparts thousands deep,
+carry NULs or bytes that are not UTF-8, or put a pipe command, a path or a source
+route where an address belongs. Nothing here raises for such input: a part past the
+limits is not visited, a value is cleaned or comes back empty.
+"""
+
+from __future__ import annotations
+
+import email
+import email.utils
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from email.message import Message
+from email.utils import parsedate_to_datetime
+
+from mailout.feedback.events import normalize_message_id
+from mailout.message.addresses import normalize_address
+
+MAX_PARTS = 500  # MIME parts visited in one report
+MAX_DEPTH = 12  # nesting levels visited (real bounces use 3 or 4)
+ORIGINAL_TYPES = ("message/rfc822", "message/global", "text/rfc822-headers",
+                  "message/rfc822-headers", "message/global-headers")
+_VERP_HEADERS = ("X-Original-To", "Delivered-To", "Envelope-To", "To")
+_UNSAFE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_LOCAL = r"[^\s\x00-\x1f\x7f@<>()\[\],;:\"\\|/][^\s\x00-\x1f\x7f@<>()\[\],;:\"\\]*"
+_DOMAIN = r"(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_][\w-]*[^\W_]|\[[0-9.:a-f]+\]"
+_ADDR_SPEC = re.compile(rf"(?:{_LOCAL})@(?:{_DOMAIN})", re.IGNORECASE)
+
+
+def walk(msg: Message) -> Iterator[Message]:
+    """Every part of ``msg`` depth-first in document order, at most :data:`MAX_PARTS`
+    parts and :data:`MAX_DEPTH` levels (``Message.walk`` recurses without a bound)."""
+    stack: list[tuple[Message, int]] = [(msg, 0)]
+    seen = 0
+    while stack and seen < MAX_PARTS:
+        part, depth = stack.pop()
+        seen += 1
+        yield part
+        payload = part.get_payload()
+        if depth < MAX_DEPTH and isinstance(payload, list):
+            stack.extend((p, depth + 1) for p in reversed(payload) if isinstance(p, Message))
+
+
+def clean(text: str) -> str:
+    """``text`` storable anywhere: undecodable bytes (surrogates) and control
+    characters other than whitespace replaced."""
+    fixed = text.encode("utf-8", "replace").decode("utf-8")
+    return _UNSAFE.sub(" ", fixed)
+
+
+def header(msg: Message, name: str) -> str | None:
+    """A header as clean text, or None. An undecodable one comes back as a Header
+    object; a malformed one can raise inside the email package: both are text here."""
+    try:
+        value = msg.get(name)
+    except (ValueError, TypeError, AttributeError, LookupError, IndexError):
+        return None
+    return None if value is None else clean(str(value))
+
+
+def unfold(value: object) -> str | None:
+    if value is None:
+        return None
+    return re.sub(r"\s*\r?\n\s*", " ", clean(str(value))).strip()
+
+
+def date(value: object) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = parsedate_to_datetime(str(value).strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def is_addr_spec(address: str) -> bool:
+    """A plausible ``local@domain.tld``: no pipe command, path, source route, bare host
+    or placeholder such as ``undisclosed-recipients``."""
+    return len(address) <= 320 and _ADDR_SPEC.fullmatch(address) is not None
+
+
+def recipient_address(field: str | None) -> str:
+    """The address of a ``Final-Recipient``-style field (``rfc822; user@example.com``),
+    normalised, or "" when it is not an Internet address (X.400, a program, junk)."""
+    if not field:
+        return ""
+    kind, sep, value = field.partition(";")
+    if not sep:
+        value = kind
+    elif kind.strip().lower() not in ("rfc822", "utf-8", ""):
+        return ""
+    address = normalize_address(value)
+    if address.startswith("@") and ":" in address:
+        address = address.rsplit(":", 1)[1]  # a source route: @relay.example:user@host
+    return address if is_addr_spec(address) else ""
+
+
+def original_headers(msg: Message) -> Message | None:
+    """The enclosed original message, or its headers, when the report has them."""
+    for part in walk(msg):
+        if part is msg or part.get_content_type() not in ORIGINAL_TYPES:
+            continue
+        payload = part.get_payload()
+        if isinstance(payload, list) and payload and isinstance(payload[0], Message):
+            return payload[0]
+        raw = part.get_payload(decode=True)
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload)
+        return email.message_from_string(text.lstrip())
+    return None
+
+
+def original_message_id(original: Message | None) -> str | None:
+    if original is None:
+        return None
+    return clean_message_id(header(original, "Message-ID"))
+
+
+def clean_message_id(raw: str | None) -> str | None:
+    """A Message-ID as stored, or None when it is not one (spaces, controls)."""
+    found = normalize_message_id(raw)
+    return found if found and not _UNSAFE.search(found) and len(found) <= 255 else None
+
+
+def return_path(msg: Message, original: Message | None) -> str | None:
+    """Where the report was sent: the address a VERP return path would show up as."""
+    for name in _VERP_HEADERS:
+        value = header(msg, name)
+        if value and "+" in value:
+            found = normalize_address(email.utils.parseaddr(value)[1] or value)
+            return found if is_addr_spec(found) else None
+    value = header(original, "Return-Path") if original is not None else None
+    if value:
+        found = normalize_address(value)
+        return found if is_addr_spec(found) else None
+    return None
