@@ -78,6 +78,7 @@ def _routes() -> list[Route | Mount]:
         Route("/messages/{message_id:int}/message.eml", handle(pages.message_eml),
               methods=get, name="message_eml"),
         Route("/audit", handle(pages.audit_log), methods=get, name="audit"),
+        Route("/events", handle(pages.delivery_events), methods=get, name="events"),
         Route("/templates", handle(pages.templates), methods=get, name="templates"),
         Route("/templates/{name}", handle(pages.template_preview), methods=get,
               name="template"),

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mailout.db import audit, browse, operator, outages, pauses, series
-from mailout.db.delivery_events import events_for
+from mailout.db.delivery_events import MAIL_REPORT_PROVIDERS, events_for, list_events
 from mailout.message.templates import template_exists
 from mailout.models import Status
 from mailout.web import filters, mailview
@@ -123,6 +123,17 @@ def audit_log(c: Console, request: Request, me: Identity, _form: FormData | None
     older = rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None
     return c.page(request, me, "audit.html", entries=rows[:PAGE_SIZE], older=older,
                   first=before is None, nav="audit")
+
+
+def delivery_events(c: Console, request: Request, me: Identity,
+                    _form: FormData | None) -> Response:
+    """The newest delivery events; ``?unlinked=1``: only those linked to no message
+    (bounce mail and complaints among them are unverified: they acted on nothing)."""
+    unlinked = request.query_params.get("unlinked") == "1"
+    with c.engine.connect() as conn:
+        rows = list_events(conn, unmatched=unlinked, limit=PAGE_SIZE)
+    return c.page(request, me, "events.html", events=rows, unlinked=unlinked,
+                  mail_reports=MAIL_REPORT_PROVIDERS, nav="events")
 
 
 def templates(c: Console, request: Request, me: Identity, _form: FormData | None) -> Response:

@@ -359,6 +359,35 @@ def test_message_page_lists_its_delivery_events_escaped_and_masked(
     assert "dana@example.com" not in readonly_page
 
 
+def test_events_page_marks_unlinked_bounce_mail_unverified(
+    console: ConsoleServer, engine: Engine, failed_id: int,
+) -> None:
+    from datetime import UTC, datetime
+
+    from mailout.db.delivery_events import Link, store_event
+    from mailout.models import Event, EventType, Provider
+
+    with engine.begin() as conn:
+        store_event(conn, Event(Provider.POSTMARK, "ev-linked", EventType.BOUNCED,
+                                "dana@example.com", datetime(2024, 5, 1, tzinfo=UTC),
+                                subtype="hard"), Link(failed_id, "provider_id", "dana@example.com"))
+        store_event(conn, Event(Provider.DSN, "ev-forged", EventType.BOUNCED,
+                                "billing@bigcustomer.example", datetime(2024, 5, 2, tzinfo=UTC),
+                                subtype="hard", reason="mailbox_unknown",
+                                diagnostic="5.1.1 <script>x</script>"), None)
+    page = httpx.get(f"{console.url}/events", headers=ADMIN).text
+    assert f'href="/messages/{failed_id}"' in page
+    assert '<span class="unverified">unverified</span>' in page
+    assert '<span class="reason">mailbox_unknown</span>' in page
+    assert "&lt;script&gt;" in page
+    assert "<script>x" not in page
+    only = httpx.get(f"{console.url}/events?unlinked=1", headers=ADMIN).text
+    assert "billing@bigcustomer.example" in only
+    assert "dana@example.com" not in only
+    readonly = httpx.get(f"{console.url}/events", headers=READONLY).text
+    assert "billing@bigcustomer.example" not in readonly
+
+
 def test_overview_shows_an_outage_from_the_attempt_log(
     console: ConsoleServer, engine: Engine, failed_id: int,
 ) -> None:
