@@ -34,7 +34,7 @@ from mailout.db import delivery_events as sql
 from mailout.db.suppressions import suppress
 from mailout.db.webhook_nonces import claim_nonce
 from mailout.exceptions import MailoutError
-from mailout.feedback.bounce_rules import SENDER_SIDE_REASONS
+from mailout.feedback.bounce_rules import SENDER_SIDE_REASONS, classify
 from mailout.message.return_path import ReturnPath
 from mailout.models import BounceKind, Event, EventType, Provider
 
@@ -104,7 +104,7 @@ def ingest(conn: Connection, batch: Sequence[Event], policy: Policy,
     stored: list[tuple[Event, bool]] = []
     suppressed: list[str] = []
     matched = duplicates = unverified = sender_rejected = 0
-    for event in batch:
+    for event in map(_with_reason, batch):
         link = _link_for(event, links, policy)
         address = _acting_address(event, link)
         if event.type is EventType.AUTH_FAILURE:
@@ -127,6 +127,15 @@ def ingest(conn: Connection, batch: Sequence[Event], policy: Policy,
                   unmatched=len(stored) - matched, unverified=unverified,
                   sender_rejected=sender_rejected,
                   suppressed=tuple(suppressed), stored_events=tuple(stored))
+
+
+def _with_reason(event: Event) -> Event:
+    """A provider's bounce (webhooks judge hard or soft themselves) with the reason its
+    diagnostic gives, as bounce mail has: stored, shown, and a sender-side one
+    suppresses nobody."""
+    if event.type is not EventType.BOUNCED or event.reason is not None:
+        return event
+    return replace(event, reason=classify(None, event.diagnostic).reason.value)
 
 
 def _acting_address(event: Event, link: sql.Link | None) -> str | None:

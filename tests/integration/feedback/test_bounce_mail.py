@@ -37,3 +37,30 @@ def test_nuls_and_bad_bytes_in_one_report_do_not_stop_the_batch(engine: Engine) 
     assert (result.stored, result.suppressed) == (2, ("dana@customer.example",))
     with engine.connect() as conn:
         assert set(conn.scalars(select(suppressions.c.address))) == {"dana@customer.example"}
+
+
+def test_provider_bounces_get_their_reason_and_a_sender_side_one_suppresses_nobody(
+        engine: Engine) -> None:
+    from datetime import UTC, datetime
+
+    from mailout.models import Event, EventType, Provider
+
+    _rid, pid, _mid = sent_row(engine, "dana@customer.example")
+    _rid2, pid2, _mid2 = sent_row(engine, "lee@customer.example")
+    batch = [
+        Event(Provider.POSTMARK, "pm-1", EventType.BOUNCED, "dana@customer.example",
+              datetime.now(UTC), subtype="hard", provider_message_id=pid,
+              diagnostic="smtp; 550 5.1.1 <dana@customer.example>: user unknown"),
+        Event(Provider.POSTMARK, "pm-2", EventType.BOUNCED, "lee@customer.example",
+              datetime.now(UTC), subtype="hard", provider_message_id=pid2,
+              diagnostic="smtp; 553 5.1.8 <bounces@shop.example>: Sender address rejected: "
+                         "Domain not found"),
+    ]
+    with engine.begin() as conn:
+        result = ingest(conn, batch, Policy())
+    assert result.suppressed == ("dana@customer.example",)
+    assert result.sender_rejected == 1
+    with engine.connect() as conn:
+        reasons = dict(conn.execute(select(events.c.recipient, events.c.reason)).all())
+    assert reasons == {"dana@customer.example": "mailbox_unknown",
+                       "lee@customer.example": "sender_rejected"}
