@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mailout import db
 from mailout.db.schema import messages
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
+from tests.support.locks import wait_for_lock_waiter
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
 
@@ -307,8 +307,9 @@ def test_concurrent_duplicate_keys_give_one_row(server_url: str) -> None:
 
         thread = threading.Thread(target=second)
         thread.start()
-        time.sleep(0.3)
-        assert thread.is_alive(), "the second insert must wait for the first transaction"
+        # The second insert waits for the first transaction (seen waiting on its lock).
+        wait_for_lock_waiter(engine, "%INSERT INTO mailout_messages%")
+        assert thread.is_alive()
         t1.commit()
         thread.join(10)
     assert results["first"].created
@@ -333,7 +334,7 @@ def test_concurrent_duplicate_key_after_rollback_creates_the_row(server_url: str
 
         thread = threading.Thread(target=second)
         thread.start()
-        time.sleep(0.3)
+        wait_for_lock_waiter(engine, "%INSERT INTO mailout_messages%")
         t1.rollback()
         thread.join(10)
     assert results["second"].created

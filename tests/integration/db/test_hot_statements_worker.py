@@ -5,7 +5,6 @@ completed, as through ``Connection.execute``, and a listener still sees both."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +18,7 @@ from mailout.db import hot_statements, leasing, outcomes
 from mailout.db.schema import attempts, messages
 from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
 from mailout.outbox import EnqueueSettings, enqueue
+from tests.support.timetravel import expire_leases
 
 QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
 LANES = [  # (queues, excluded queues, excluded templates, expired only)
@@ -137,9 +137,9 @@ def test_a_claim_is_one_statement_committed_on_its_own(pg: Engine) -> None:
     another connection sees both before the claiming connection is even closed."""
     _fill(pg, "alone")
     with db.immediate(pg) as conn:  # an earlier claim whose worker died
-        first = leasing.claim(conn, owner="w-dead", limit=1, lease_seconds=0.2,
+        first = leasing.claim(conn, owner="w-dead", limit=1, lease_seconds=60,
                               transport="smtp")
-    time.sleep(0.4)
+    expire_leases(pg)  # its lease runs out
     with db.immediate(pg, one_statement=True) as conn:
         claimed = leasing.claim(conn, owner="w-new", limit=10, lease_seconds=60,
                                 transport="smtp")

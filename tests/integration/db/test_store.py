@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +12,7 @@ from mailout.db import leasing, operator, outcomes
 from mailout.db.schema import attempts, messages
 from mailout.models import ClaimedMessage, Completion, Outcome, Status
 from mailout.outbox import EnqueueSettings, enqueue
+from tests.support.timetravel import expire_leases
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 
@@ -89,8 +89,8 @@ def test_completion_marks_sent_and_logs_the_attempt(engine: Engine) -> None:
 
 def test_expired_lease_is_reclaimed_and_late_completion_is_fenced(engine: Engine) -> None:
     (rid,) = add(engine, 1)
-    (old,) = claim(engine, lease=0.2, owner="w-dead")
-    time.sleep(0.4)
+    (old,) = claim(engine, owner="w-dead")
+    expire_leases(engine)
     (new,) = claim(engine, owner="w-new")
     assert new.id == rid
     assert new.reclaimed
@@ -201,8 +201,8 @@ def test_a_batch_completes_held_rows_and_fences_the_rest(engine: Engine) -> None
     took over is left to it, and every attempt is logged (the batch statement on
     PostgreSQL and MySQL, row by row on SQLite)."""
     add(engine, 3)
-    first = claim(engine, limit=3, lease=0.2)
-    time.sleep(0.3)
+    first = claim(engine, limit=3)
+    expire_leases(engine)
     taken = claim(engine, limit=1, owner="w2")  # the oldest expired lease: first[0]
     assert [m.id for m in taken] == [first[0].id]
     bounced = Completion(id=first[2].id, lease_token=first[2].lease_token,

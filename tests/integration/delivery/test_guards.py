@@ -11,11 +11,15 @@ from sqlalchemy import Engine, insert, select, update
 from mailout.db import pauses
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
+from tests.support import app_checks
 from tests.support.app_checks import app, campaigns, users
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 
 CHECKS = "tests.support.app_checks:checks"
+# How long a worker process may take to start and do its work: reached only when
+# something is wrong, so generous (a loaded machine starts Python slowly).
+PROCESS_DEADLINE = 120
 RESOLVERS = "tests.support.app_checks:resolvers"
 
 
@@ -151,17 +155,26 @@ def test_pause_and_resume_apply_to_every_worker_process(
         enqueue(conn, to="code@example.com", subject="Code", text="1234", queue="critical",
                 settings=EnqueueSettings(message_id_domain="x.example.com"))
     env = worker_env(db_url, smtp_server, MAILOUT_POLL_SECONDS=0.2)
-    procs = [spawn_worker(env, log=tmp_path / f"w{i}.log") for i in range(2)]
+    # While paused: two processes each run until nothing is due for them, and a
+    # paused queue's rows are not due: both leave, having sent the code only.
+    idle = [spawn_worker(env, "--until-idle", log=tmp_path / f"idle{i}.log") for i in range(2)]
+    for i, p in enumerate(idle):
+        assert p.wait(PROCESS_DEADLINE) == 0, (tmp_path / f"idle{i}.log").read_text()[-2000:]
+    assert [m.rcpt_tos for m in smtp_server.messages] == [("code@example.com",)]
+    with engine.connect() as conn:
+        waiting = conn.execute(select(messages.c.status).where(messages.c.queue == "bulk"))
+        assert set(waiting.scalars()) == {"pending"}  # paused: neither failed nor dropped
+    # Resumed while two workers run: both were started, and claiming, before it.
+    logs = [tmp_path / f"w{i}.log" for i in range(2)]
+    procs = [spawn_worker(env, log=log) for log in logs]
     try:
-        smtp_server.wait_for_messages(1, timeout=15)
-        time.sleep(1.5)
-        assert [m.rcpt_tos for m in smtp_server.messages] == [("code@example.com",)]
-        with engine.connect() as conn:
-            waiting = conn.execute(select(messages.c.status).where(messages.c.queue == "bulk"))
-            assert set(waiting.scalars()) == {"pending"}  # paused: neither failed nor dropped
+        deadline = time.monotonic() + PROCESS_DEADLINE
+        while not all("started" in log.read_text() for log in logs):
+            assert time.monotonic() < deadline, [log.read_text()[-2000:] for log in logs]
+            time.sleep(0.05)
         with engine.begin() as conn:
             assert pauses.clear_pause(conn, "queue", "bulk")
-        smtp_server.wait_for_messages(11, timeout=15)
+        smtp_server.wait_for_messages(11, timeout=PROCESS_DEADLINE)
     finally:
         for p in procs:
             p.terminate()
@@ -187,12 +200,19 @@ def test_shutdown_releases_rows_that_never_reached_the_transport(
                             MAILOUT_CHECKS="tests.support.app_checks:slow_checks",
                             MAILOUT_SHUTDOWN_GRACE_SECONDS=0.1)
     worker = build_worker(settings)
+    app_checks.slow_check_started.clear()
+    app_checks.slow_check_may_finish.clear()
 
     async def scenario() -> None:
         task = asyncio.create_task(worker.run())
-        await asyncio.sleep(0.5)  # claimed, its check still running
+        deadline = time.monotonic() + PROCESS_DEADLINE
+        while not app_checks.slow_check_started.is_set():  # claimed, its check running
+            assert time.monotonic() < deadline
+            assert not task.done()
+            await asyncio.sleep(0.01)
         worker.stop()
-        await task
+        await task  # the grace runs out while the check is still deciding
+        app_checks.slow_check_may_finish.set()
 
     try:
         asyncio.run(scenario())

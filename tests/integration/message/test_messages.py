@@ -7,7 +7,6 @@ on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import os
-import time
 from email.message import EmailMessage
 from email.parser import BytesParser
 from email.policy import strict
@@ -20,6 +19,7 @@ from mailout import Attachment, Mailbox
 from mailout.db.schema import attempt_recipients, attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.smtpserver import SmtpTestServer
+from tests.support.timetravel import make_due
 from tests.support.workers import run_until_idle, settings_for
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
@@ -98,15 +98,16 @@ def test_partial_acceptance_retries_the_deferred_recipient_alone(
     with engine.begin() as conn:
         rid = enqueue(conn, to=[ok, gone], cc=busy, subject="Hi", text="x", key="p-1",
                       settings=SETTINGS).id
-    # A backoff of exactly 1 s: the first run ends before the retry is due.
-    settings = settings_for(db_url, smtp_server, MAILOUT_RETRY_BASE_SECONDS=1,
-                            MAILOUT_RETRY_CAP_SECONDS=1)
+    # A backoff of an hour: the first run ends before the retry is due, however slowly
+    # it runs; then the backoff is made to pass (timetravel).
+    settings = settings_for(db_url, smtp_server, MAILOUT_RETRY_BASE_SECONDS=3600,
+                            MAILOUT_RETRY_CAP_SECONDS=3600)
     run_until_idle(settings)
 
     first = row(engine, rid)
     assert (first["status"], first["reason"]) == ("pending", "recipients_deferred")
     assert first["settled"] == {ok: "sent", gone: "failed"}
-    time.sleep(1.1)
+    assert make_due(engine, [rid]) == 1
     run_until_idle(settings)
 
     final = row(engine, rid)
@@ -140,7 +141,7 @@ def test_a_deferred_recipient_that_never_gets_through_leaves_the_row_sent(
                             MAILOUT_RETRY_CAP_SECONDS=0.1, MAILOUT_MAX_ATTEMPTS=2)
     for _ in range(3):
         run_until_idle(settings)
-        time.sleep(0.2)
+        make_due(engine, [rid])  # the retry's backoff has passed
     final = row(engine, rid)
     assert (final["status"], final["reason"]) == ("sent", "partially_refused")
     assert final["settled"] == {ok: "sent", busy: "dead"}

@@ -33,6 +33,17 @@ def _free_port() -> int:
         return port
 
 
+def _accept_queue(port: int) -> int:
+    """Connections waiting in the accept queue of the socket listening on ``port``
+    (Linux: a listening socket's rx_queue in /proc/net/tcp)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            return int(queues.split(":")[1], 16)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
 def _limit_descriptors() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
 
@@ -84,7 +95,10 @@ def test_idle_metrics_sockets_do_not_stop_the_worker_sending(
                 time.sleep(0.1)
         for _ in range(IDLE_SOCKETS - 1):
             idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-        time.sleep(0.5)  # let the server accept them all (or refuse them)
+        # The server has taken every one from its accept queue (and kept or closed it).
+        while _accept_queue(port) > 0:
+            assert time.monotonic() < deadline + 60, log.read_text()
+            time.sleep(0.05)
         with engine.begin() as conn:
             ids = [enqueue(conn, to=f"user{i}@example.com", subject="Hi", text="Hello",
                            settings=EnqueueSettings(message_id_domain="example.com")).id

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
+from mailout.transports.multi import MultiTransport
 from mailout.worker import config
 from mailout.worker.build import build_worker
 from tests.support.providers.postmark import FakePostmark
@@ -82,7 +83,9 @@ def test_roundrobin_returns_traffic_to_a_once_it_is_back(engine: Engine, db_url:
             await until(lambda: len(b.delivered) == 6)
             assert a.delivered == []
             a.answer_always(None)  # A is back
-            await asyncio.sleep(1.2)  # past its down time (at most the 1 s cap)
+            multi = worker.lanes[0].ctx.transport
+            assert isinstance(multi, MultiTransport)
+            await until(lambda: multi.is_up("resend"))  # past its down time (a 1 s cap)
             await asyncio.to_thread(add, engine, 10, "up")
             await until(lambda: len(a.delivered) + len(b.delivered) == 16)
             worker.stop()

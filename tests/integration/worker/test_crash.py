@@ -16,16 +16,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy import Connection, Engine, func, select
 
 from mailout import db
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
+from tests.support.locks import wait_for_lock_waiter
 from tests.support.smtpserver import ReceivedMessage, SmtpTestServer
+from tests.support.timetravel import expire_leases
 from tests.support.workers import spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
-LEASE = 3.0
+# Long: no test waits for a lease to run out (timetravel.expire_leases ends it), and a
+# live worker on a busy machine must not lose one.
+LEASE = 10.0
 
 
 # The server takes the row's lock before its 250 (see kill_in_the_window). A send that
@@ -36,9 +40,11 @@ SEND_TIMEOUT = 2.5
 
 
 def crash_env(db_url: str, server: SmtpTestServer, **extra: object) -> dict[str, str]:
+    # Each send on a line of its own: on SQLite that line is the sign that the worker
+    # holds the 250 (see wait_until_blocked).
     return worker_env(db_url, server, MAILOUT_LEASE_SECONDS=LEASE, SMTP_TIMEOUT=SEND_TIMEOUT,
                       MAILOUT_POLL_SECONDS=0.1, MAILOUT_RETRY_BASE_SECONDS=0.05,
-                      MAILOUT_RETRY_CAP_SECONDS=0.1, **extra)
+                      MAILOUT_RETRY_CAP_SECONDS=0.1, MAILOUT_LOG_SENDS="each", **extra)
 
 
 @contextmanager
@@ -57,31 +63,22 @@ def row_locked(engine: Engine, message_id: str) -> Iterator[Connection]:
         conn.rollback()
 
 
-def wait_until_blocked(engine: Engine, log: Path, seconds: float = 20) -> None:
+def wait_until_blocked(engine: Engine, log: Path, seconds: float = 60) -> None:
     """Wait until the worker's completion write is waiting on our lock; the worker's
-    ``log`` is in the failure (under heavy load the wait has been seen to run out)."""
-    if engine.dialect.name == "sqlite":
-        time.sleep(0.5)  # the writer flushes within 10 ms, then waits on busy_timeout
-        return
+    ``log`` is in the failure (under heavy load the wait has been seen to run out).
+
+    SQLite shows no lock waits, so there the state waited for is the worker's log line
+    for the accepted send: it is written as the attempt's completion goes to the
+    writer, which cannot commit while our transaction holds the write lock."""
     deadline = time.monotonic() + seconds
-    query = text(
-        # MySQL's completion first locks the rows it still holds (SELECT ... FOR UPDATE).
-        "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' "
-        "AND trx_query LIKE '%mailout_messages%'" if engine.dialect.name == "mysql" else
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query ILIKE 'UPDATE mailout_messages%'")
-    # InnoDB refreshes information_schema.innodb_trx only when it was last read more
-    # than 100 ms ago: polled faster, it shows the first read's snapshot for ever.
-    pause = 0.15 if engine.dialect.name == "mysql" else 0.02
-    with engine.connect() as conn:
-        while time.monotonic() < deadline:
-            waiting = conn.execute(query).scalar_one()
-            conn.rollback()
-            if waiting:
-                return
-            time.sleep(pause)
-    raise AssertionError("the worker never blocked on the completion write; its log:\n"
-                         + log.read_text()[-3000:])
+    if engine.dialect.name == "sqlite":
+        while "outcome=sent" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+        return
+    # MySQL's completion first locks the rows it still holds (SELECT ... FOR UPDATE).
+    pattern = "%mailout_messages%" if engine.dialect.name == "mysql" else "UPDATE mailout_messages%"
+    wait_for_lock_waiter(engine, pattern, seconds, context=lambda: log.read_text()[-3000:])
 
 
 def log_of(engine: Engine, rid: int) -> list[tuple[int, str]]:
@@ -143,7 +140,7 @@ def test_a_kill_between_accept_and_commit_is_resent_once_and_deduplicated(
     assert stuck["status"] == "sending"
     assert stuck["attempts"] == 1
 
-    time.sleep(LEASE + 0.2)  # the dead worker's lease runs out
+    assert expire_leases(engine) == 1  # the dead worker's lease runs out
     second = spawn_worker(crash_env(db_url, smtp_server), "--until-idle",
                           log=tmp_path / "second.log")
     assert second.wait(30) == 0, (tmp_path / "second.log").read_text()[-2000:]
@@ -164,7 +161,7 @@ def test_without_provider_dedup_the_duplicate_is_tied_to_an_unknown_attempt(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:
     rid = kill_in_the_window(engine, db_url, smtp_server, tmp_path)
-    time.sleep(LEASE + 0.2)
+    assert expire_leases(engine) == 1
     second = spawn_worker(crash_env(db_url, smtp_server), "--until-idle",
                           log=tmp_path / "second.log")
     assert second.wait(30) == 0
@@ -179,7 +176,7 @@ def test_on_unknown_hold_parks_the_row_instead_of_resending(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:
     rid = kill_in_the_window(engine, db_url, smtp_server, tmp_path)
-    time.sleep(LEASE + 0.2)
+    assert expire_leases(engine) == 1
     env = crash_env(db_url, smtp_server, MAILOUT_ON_UNKNOWN="hold")
     second = spawn_worker(env, "--until-idle", log=tmp_path / "second.log")
     assert second.wait(30) == 0, (tmp_path / "second.log").read_text()[-2000:]
@@ -228,7 +225,7 @@ def test_sigkill_of_every_worker_then_a_restart_finishes_the_queue(
     assert left > 0  # the kill really interrupted the run
 
     smtp_server.slow_delay = 0
-    time.sleep(LEASE + 0.2)
+    expire_leases(engine)  # the dead workers' leases run out
     final = spawn_worker(env, "--until-idle", log=tmp_path / "final.log")
     assert final.wait(60) == 0
     with engine.connect() as conn:

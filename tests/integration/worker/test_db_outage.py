@@ -47,12 +47,18 @@ def test_completions_wait_for_the_database_and_nothing_is_resent(
     worker = spawn_worker(env, "--until-idle", log=log)
     try:
         # Every message is claimed and in flight at the server; now the database goes.
-        deadline = time.monotonic() + 20
-        while smtp_server.connections < n and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while smtp_server.connections < n:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.02)
         own_postgres.halt()
-        smtp_server.wait_for_messages(n, timeout=10)  # the in-flight sends complete
-        time.sleep(2.0)  # the worker now holds n unrecorded completions
+        smtp_server.wait_for_messages(n, timeout=60)  # the in-flight sends complete
+        # The worker now holds unrecorded completions: it says so when a write fails.
+        deadline = time.monotonic() + 60
+        while "could not record" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            assert worker.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.05)
         assert worker.poll() is None, log.read_text()[-2000:]
         own_postgres.resume()
         assert worker.wait(60) == 0, log.read_text()[-2000:]
@@ -71,4 +77,3 @@ def test_completions_wait_for_the_database_and_nothing_is_resent(
     assert logged == n
     received = [m.message_id for m in smtp_server.messages]
     assert len(received) == len(set(received)) == n
-    assert "could not record" in log.read_text()  # it did meet the outage

@@ -45,7 +45,7 @@ FAST = {
     "MAILOUT_RETRY_CAP_SECONDS": 0.2, "MAILOUT_OUTAGE_PROBE_SECONDS": 0.1,
     "MAILOUT_OUTAGE_PROBE_CAP_SECONDS": 0.4, "MAILOUT_CONCURRENCY": 4,
 }
-OUTAGE_SECONDS = 3.0  # well past every backoff above
+OUTAGE_ATTEMPTS = 2 * 2 + 1  # failed sends an outage lasts for: past two messages' budgets
 EXIT_TRANSPORT_DOWN = 3
 
 
@@ -102,8 +102,11 @@ def test_a_worker_process_rides_out_an_outage_and_sends_everything_after_it(
     proc = spawn_worker(worker_env(db_url, server, **FAST), log=log)
     try:
         # From the first attempt that met the outage (the process takes a while to start).
-        assert wait_for(lambda: charged_per_message(engine)[1] >= 1, 20), log.read_text()
-        time.sleep(OUTAGE_SECONDS)
+        assert wait_for(lambda: charged_per_message(engine)[1] >= 1, 60), log.read_text()
+        # The outage lasts past every backoff: more failed sends than two messages'
+        # attempt budgets (MAILOUT_MAX_ATTEMPTS=2), each logged uncharged.
+        assert wait_for(lambda: charged_per_message(engine)[1] >= OUTAGE_ATTEMPTS, 60), \
+            log.read_text()
         during = statuses(engine)
         assert {s for s, _, _ in during.values()} <= {"pending", "sending"}
         shown = _status(db_url)
@@ -180,13 +183,15 @@ def test_one_bad_credentials_event_with_10_sends_in_flight_is_one_pause_and_one_
 
     async def scenario() -> None:
         task = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        # Every send in flight has come back (its row pending again, its outcome
+        # recorded after the breaker saw it): no further pause can come from them.
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, await asyncio.to_thread(statuses, engine)
             await asyncio.sleep(0.1)
             counts = await asyncio.to_thread(statuses, engine)
             if all(s == "pending" for s, _, _ in counts.values()) and worker.breakers.paused:
                 break
-        await asyncio.sleep(0.5)  # room for any further (wrong) pause
         worker.stop()
         await task
 

@@ -18,6 +18,7 @@ from mailout.outbox import EnqueueSettings, enqueue
 from mailout.support.alerts import Alert
 from mailout.worker.build import build_worker
 from tests.support.smtpserver import SmtpTestServer
+from tests.support.timetravel import make_due
 from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
@@ -98,7 +99,7 @@ def test_a_transient_failure_is_retried_and_then_sent(
     settings = settings_for(db_url, smtp_server, MAILOUT_RETRY_BASE_SECONDS=0.05,
                             MAILOUT_RETRY_CAP_SECONDS=0.1)
     run_until_idle(settings)
-    time.sleep(0.2)
+    make_due(engine, [rid])  # the retry's backoff has passed
     run_until_idle(settings)
     assert rows(engine)[rid]["status"] == "sent"
     assert attempt_log(engine, rid) == [(1, "retry", 451), (2, "sent", 250)]
@@ -125,7 +126,7 @@ def test_a_lost_reply_after_the_dot_is_unknown_and_resent_with_the_same_ids(
     settings = settings_for(db_url, smtp_server, MAILOUT_RETRY_BASE_SECONDS=0.05,
                             MAILOUT_RETRY_CAP_SECONDS=0.1)
     run_until_idle(settings)
-    time.sleep(0.2)
+    make_due(engine, [rid])  # the retry's backoff has passed
     run_until_idle(settings)
     assert [a[1] for a in attempt_log(engine, rid)] == ["unknown", "sent"]
     first, second = smtp_server.messages
@@ -187,8 +188,15 @@ def test_bad_credentials_pause_sending_without_failing_anything(
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not worker.breakers.paused:
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # a few pause periods: nothing may be charged meanwhile
-        stored = await asyncio.to_thread(rows, engine)
+        # A few pause periods, each ending in a failed probe, and the sends in flight
+        # when it opened all back (a loaded machine takes a while): nothing charged.
+        while True:
+            stored = await asyncio.to_thread(rows, engine)
+            sending = [r for r in stored.values() if r["status"] == "sending"]
+            if worker.breakers.pause.failed_probes >= 2 and len(sending) <= 1:
+                break
+            assert time.monotonic() < deadline, (worker.breakers.pause.failed_probes, sending)
+            await asyncio.sleep(0.05)
         # The breaker's probe may be in flight (one row claimed, its attempt given back
         # when the pause is confirmed); every other row waits, not charged.
         probing = [r for r in stored.values() if r["status"] == "sending"]
