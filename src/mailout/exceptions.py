@@ -71,3 +71,20 @@ class NotFound(MailoutError, LookupError):
     def __init__(self, ref: str) -> None:
         self.ref = ref
         super().__init__(f"no message matches {ref!r}")
+
+
+class WorkerFailed(MailoutError, RuntimeError):
+    """A worker stopped because one of its side tasks kept failing.
+
+    ``task`` names it (``mailout-heartbeat``...), ``failures`` counts its failures in a
+    row, ``error`` is the last one's type and ``where`` the line that raised it (the
+    message itself may quote SQL parameters, so it is not kept).
+    """
+
+    def __init__(self, task: str, failures: int, error: str, where: str) -> None:
+        self.task = task
+        self.failures = failures
+        self.error = error
+        self.where = where
+        super().__init__(f"side task {task} failed {failures} times in a row "
+                         f"(last: {error} at {where})")

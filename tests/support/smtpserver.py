@@ -213,6 +213,7 @@ class SmtpTestServer:
         self.fault_hook: Callable[[tuple[str, ...], Stage], Fault | None] | None = None
         self.before_reply: Callable[[ReceivedMessage], None] | None = None
         self.connections = 0
+        self.disconnected_at: list[datetime] = []  # UTC, when each connection ended
         self.auth_failures = 0  # AUTH exchanges that were refused
         self.dedup_hits = 0
         self.faults_fired = 0
@@ -449,6 +450,8 @@ class _FaultySMTP(SMTP):
 
     def connection_lost(self, error: Exception | None) -> None:
         self.owner._active.discard(self)
+        with self.owner._lock:
+            self.owner.disconnected_at.append(datetime.now(UTC))
         super().connection_lost(error)
 
     async def smtp_DATA(self, arg: str | None) -> None:

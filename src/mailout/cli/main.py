@@ -26,11 +26,12 @@ from mailout.cli import web as cli_web
 from mailout.cli.common import (
     DB_HELP,
     EXIT_TRANSPORT_DOWN,
+    EXIT_WORKER_FAILED,
     LIMIT,
 )
 from mailout.db import audit, migrate, operator
 from mailout.delivery.policy import Lane
-from mailout.exceptions import InvalidMessage, MailoutError, NotFound
+from mailout.exceptions import InvalidMessage, MailoutError, NotFound, WorkerFailed
 from mailout.models import Status
 from mailout.support.logs import configure_logging
 
@@ -145,8 +146,14 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
     if log_format:
         configure_logging(log_format, logging.getLogger().level)
     logging.getLogger("mailout").setLevel(min(logging.getLogger().level, logging.INFO))
-    worker = run_worker(settings, queues=names, until_idle=until_idle,
-                        metrics_port=metrics_port, metrics_host=metrics_host)
+    try:
+        worker = run_worker(settings, queues=names, until_idle=until_idle,
+                            metrics_port=metrics_port, metrics_host=metrics_host)
+    except WorkerFailed as exc:
+        # A part of the worker kept failing (its log says which, and where): the
+        # worker stopped itself, and a supervisor (--processes, systemd) restarts it.
+        click.echo(f"mailout: worker failed: {terminal.one_line(exc)}", err=True)
+        raise click.exceptions.Exit(EXIT_WORKER_FAILED) from None
     if worker.halted is not None:
         # --until-idle with a transport that cannot send: say why, in one line, and
         # exit with a code a script can tell from a crash (1) or a usage error (2).

@@ -5,18 +5,21 @@ holds the shared parts and hands each step to its module: recording
 (:mod:`mailout.worker.completions`), the pause and outage breakers
 (:mod:`mailout.worker.breaker`), alerts (:mod:`mailout.support.alerts`), and NOTIFY
 wakeups (:mod:`mailout.db.notifications`, PostgreSQL's LISTEN); it runs the lease
-heartbeat and the shutdown itself.
+heartbeat and the shutdown itself. The tasks beside the lanes run supervised
+(:mod:`mailout.worker.side_tasks`): :data:`SIDE_TASKS` says what a failure of each means.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -26,6 +29,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from mailout.db import dialects, leasing, notifications
 from mailout.delivery import attempt
 from mailout.delivery.policy import Lane
+from mailout.exceptions import WorkerFailed
 from mailout.metrics.observer import NullObserver, Observer
 from mailout.models import Completion, Contact, Outcome, Status
 from mailout.support.alerts import Alert, Alerts
@@ -36,8 +40,32 @@ from mailout.worker.lane import DB_RETRY_CAP, LaneDeps, LaneRunner
 from mailout.worker.operator_pauses import PauseCache
 from mailout.worker.options import Options
 from mailout.worker.ratelimit import TokenBucket
+from mailout.worker.side_tasks import Restart, SideTask, SideTasks
 
 log = logging.getLogger(__name__)
+
+# The side tasks (mailout.worker.side_tasks), by name, and what a failure of each means.
+COMPLETIONS = "mailout-completions"
+HEARTBEAT = "mailout-heartbeat"
+OUTAGE_WATCH = "mailout-outage"
+SEND_SUMMARY = "mailout-send-summary"
+LISTEN = "mailout-listen"
+HEARTBEAT_GIVE_UP = 5  # heartbeat failures in a row that stop the worker
+LEASE_MARGIN = 0.2  # of a lease: how early in-flight sends end after a fatal failure
+SIDE_TASKS = {
+    # Restarted: its buffer survives (a batch leaves it only once committed) and the
+    # heartbeat keeps the buffered rows' leases. Failing every batch, it stops the
+    # worker rather than hold those rows for ever.
+    COMPLETIONS: Restart(first=0.5, cap=10.0, healthy_after=30.0, give_up_after=5),
+    # HEARTBEAT: Worker._heartbeat_restart. Restarted at once, a round as it starts,
+    # the backoff under half its interval, so one failure costs no lease; failing
+    # HEARTBEAT_GIVE_UP times in a row (no round in between), it stops the worker,
+    # whose sends then end before their leases (Worker._grace).
+    # Never fatal: without it claims poll, and the outage alert or summary line is late.
+    LISTEN: Restart(first=1.0, cap=30.0, healthy_after=60.0),
+    OUTAGE_WATCH: Restart(first=1.0, cap=30.0, healthy_after=60.0),
+    SEND_SUMMARY: Restart(first=1.0, cap=30.0, healthy_after=60.0),
+}
 
 
 def worker_name() -> str:
@@ -79,6 +107,9 @@ class Worker:
         self._outage_alerted = False
         # With until_idle: why the worker stopped early (the transport cannot send).
         self.halted: str | None = None
+        # Why the worker stopped on its own: a side task that kept failing.
+        self.failure: WorkerFailed | None = None
+        self._leases_good_at = time.monotonic()  # see _heartbeat and _grace
 
     @property
     def poll_seconds(self) -> float:
@@ -102,19 +133,25 @@ class Worker:
             lane.wake.set()
 
     async def run(self) -> None:
-        """Run until stopped. Never raises for a message, a server or a database outage."""
+        """Run until stopped. Never raises for a message, a server or a database outage.
+
+        Raises :class:`~mailout.exceptions.WorkerFailed` after stopping when a side
+        task failed ``give_up_after`` times in a row (see :data:`SIDE_TASKS`).
+        """
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)
-        helpers = [asyncio.create_task(self.writer.run(), name="mailout-completions"),
-                   asyncio.create_task(self._heartbeat(), name="mailout-heartbeat"),
-                   asyncio.create_task(self._watch_outage(), name="mailout-outage"),
-                   asyncio.create_task(self._summarize(), name="mailout-send-summary")]
+        self._leases_good_at = time.monotonic()
+        side = SideTasks(self._side_task_failed)
+        writer = side.start(SideTask(COMPLETIONS, self.writer.run, SIDE_TASKS[COMPLETIONS]))
+        side.start(SideTask(HEARTBEAT, self._heartbeat, self._heartbeat_restart()))
+        side.start(SideTask(OUTAGE_WATCH, self._watch_outage, SIDE_TASKS[OUTAGE_WATCH]))
+        side.start(SideTask(SEND_SUMMARY, self._summarize, SIDE_TASKS[SEND_SUMMARY]))
         if self.opts.listen and dialects.supports_listen_notify(self.engine):
             url = self.engine.url.render_as_string(hide_password=False)
-            helpers.append(asyncio.create_task(notifications.listen(url, self._wake),
-                                               name="mailout-listen"))
+            side.start(SideTask(LISTEN, functools.partial(notifications.listen, url, self._wake),
+                                SIDE_TASKS[LISTEN]))
         lanes = ", ".join(f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"
                           for r in self.lanes)
         kind = type(loop).__module__.split(".")[0]
@@ -123,14 +160,14 @@ class Worker:
                         "event_loop": kind})
         try:
             await asyncio.gather(*(lane.run() for lane in self.lanes))
-            await asyncio.gather(*(lane.drain(self.opts.shutdown_grace) for lane in self.lanes))
-            self.writer.close()
-            await self.writer.wait_idle()
+            grace = self._grace()
+            await asyncio.gather(*(lane.drain(grace) for lane in self.lanes))
         finally:
-            for task in helpers[1:]:
-                task.cancel()
+            # The writer ends once its buffer is written (or has failed for good); the
+            # heartbeat keeps the buffered rows' leases until then.
             self.writer.close()
-            await helpers[0]
+            await writer
+            await side.cancel()
             for lane in self.lanes:
                 await lane.ctx.transport.close()
             for send_log in self._send_logs():
@@ -138,6 +175,27 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
+        if self.failure is not None:
+            raise self.failure
+
+    def _side_task_failed(self, failure: WorkerFailed) -> None:
+        if self.failure is None:
+            self.failure = failure
+        self.stop()
+
+    def _grace(self) -> float:
+        """How long in-flight sends may take to finish once the lanes stopped.
+
+        The configured grace, but after a side task failed (the heartbeat, maybe) no
+        longer than the leases are known to last, less a fifth of a lease: a send
+        still under way then is cancelled while its row is still ours, and left to
+        its lease (an unknown outcome), rather than going on after another worker
+        may have taken the row over.
+        """
+        if self.failure is None:
+            return self.opts.shutdown_grace
+        good_until = self._leases_good_at + self.opts.lease_seconds * (1 - LEASE_MARGIN)
+        return max(0.0, min(self.opts.shutdown_grace, good_until - time.monotonic()))
 
     def _wake(self, queue: str | None) -> None:
         for lane in self.lanes:
@@ -274,20 +332,30 @@ class Worker:
             for send_log in self._send_logs():
                 send_log.tick()
 
+    def _heartbeat_restart(self) -> Restart:
+        """The heartbeat's restart policy, scaled to the lease (see SIDE_TASKS)."""
+        interval = self.opts.lease_seconds / 3
+        return Restart(first=min(0.1, interval), cap=interval / 2, healthy_after=interval,
+                       give_up_after=HEARTBEAT_GIVE_UP)
+
     async def _heartbeat(self) -> None:
-        """Keep the leases of in-flight and unrecorded rows alive."""
+        """Keep the leases of in-flight and unrecorded rows alive: a round at once (so
+        a restart after a failure costs no lease), then every third of the lease."""
         while True:
-            await asyncio.sleep(self.opts.lease_seconds / 3)
+            started = time.monotonic()
             held = [(i, f.msg.lease_token) for lane in self.lanes
                     for i, f in lane.in_flight.items()]
             held += self.writer.held_leases()
-            if not held:
-                continue
             try:
-                await asyncio.to_thread(self._extend, held)
+                if held:
+                    await asyncio.to_thread(self._extend, held)
+                # Every lease held at ``started`` now lasts a lease from then, and any
+                # claimed since was given a full lease after it.
+                self._leases_good_at = started
             except (OperationalError, DBAPIError) as exc:
                 log.warning("lease heartbeat failed: %s", type(exc).__name__,
                             extra={"event": "heartbeat_failed", "error": type(exc).__name__})
+            await asyncio.sleep(self.opts.lease_seconds / 3)
 
     def _extend(self, held: list[tuple[int, str]]) -> None:
         with self.engine.begin() as conn:

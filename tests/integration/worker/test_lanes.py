@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 
 from sqlalchemy import Engine, func, select, text
@@ -148,6 +147,9 @@ def test_a_queue_rate_limit_holds(engine: Engine, db_url: str,
     # the lane's 10 slots' worth on top.
     for sent, offset in enumerate(offsets, start=1):
         assert sent <= rate * (1 + offset) + 10, f"{sent} messages by {offset:.2f}s"
-    # And in steady state, no second much above the rate.
-    windows = [sum(1 for o in offsets if s <= o < s + 1) for s in range(1, int(offsets[-1]))]
-    assert statistics.median(windows) <= rate * 1.25, windows
+    # And in no second more than a full bucket and a second's refill (plus the slots):
+    # the bound holds however a loaded machine bunches the sends, where a steady rate
+    # per second does not (a stall lets the bucket fill, and its sends go together).
+    for start in offsets:
+        window = sum(1 for o in offsets if start <= o < start + 1)
+        assert window <= 2 * rate + 10, f"{window} messages in the second from {start:.2f}s"
