@@ -1,3 +1,4 @@
+import pytest
 from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.db_fixtures",
@@ -9,3 +10,15 @@ pytest_plugins = ["tests.support.fixtures", "tests.support.db_fixtures",
 settings.register_profile("mailout", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("mailout")
+
+# pytest-timeout's limit (pyproject: 300 s) guards against a hang. A test marked slow
+# (seconds of processes and servers unloaded) can take minutes on a loaded machine
+# (test_bounces: 149 s at load 12), so its guard is longer; a test's own timeout
+# marker still wins.
+SLOW_TIMEOUT = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

@@ -14,6 +14,10 @@ import time
 from email import message_from_bytes, policy
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a shell running the quickstart, servers and all
+
 REPO = Path(__file__).resolve().parents[2]
 PORT_IN_README = "SMTP_PORT=2525"
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy import update
 
 from mailout import db
 from mailout.db.schema import messages
 from tests.acceptance.cli.test_main import mailout, mailout_json
+
+pytestmark = pytest.mark.slow  # the mailout executable, run many times over
 
 
 def test_cli_actions_are_audited_and_shown(tmp_path: Path) -> None:

@@ -7,12 +7,15 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from sqlalchemy import update
 
 from mailout import db
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.acceptance.cli.test_main import MAILOUT, clean_env, mailout
+
+pytestmark = pytest.mark.slow  # the mailout executable, run many times over
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "dsn"
 

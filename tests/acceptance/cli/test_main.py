@@ -64,6 +64,7 @@ def free_port() -> int:
         return port
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_and_leaves_files(tmp_path: Path) -> None:
     out = mailout("demo", "--dir", "demo", cwd=tmp_path).stdout
     emls = sorted((tmp_path / "demo" / "mail").glob("*.eml"))
@@ -80,6 +81,7 @@ def test_demo_runs_end_to_end_and_leaves_files(tmp_path: Path) -> None:
     assert "Deduplicated" in again
 
 
+@pytest.mark.slow
 def test_enqueue_send_then_inspect(tmp_path: Path, smtp_server: SmtpTestServer) -> None:
     url = f"sqlite:///{tmp_path / 'shop.db'}"
     env = worker_env(url, smtp_server)
@@ -140,6 +142,7 @@ def test_enqueue_send_then_inspect(tmp_path: Path, smtp_server: SmtpTestServer) 
     assert mailout("trace", "no-such-ref", env=env, expect=1).stderr.startswith("error: no mess")
 
 
+@pytest.mark.slow
 def test_retry_requeues_a_dead_message_and_it_is_sent(
     sqlite_url: str, smtp_server: SmtpTestServer
 ) -> None:
@@ -161,6 +164,7 @@ def test_retry_requeues_a_dead_message_and_it_is_sent(
     assert [m.message_id for m in smtp_server.messages] == [msg["message_id"]]
 
 
+@pytest.mark.slow
 def test_purge_respects_the_idempotency_window(sqlite_url: str) -> None:
     engine = db.make_engine(sqlite_url)
     with engine.begin() as conn:
@@ -200,6 +204,7 @@ def test_purge_deletes_in_transactions_of_batch_rows(sqlite_url: str) -> None:
     assert mailout_json("list", env=env) == []
 
 
+@pytest.mark.slow
 def test_check_explains_failures_without_the_password(
     sqlite_url: str,
     smtp_server: SmtpTestServer,
@@ -247,6 +252,7 @@ def test_bad_arguments_exit_2_with_a_helpful_message(
     assert complaint in proc.stderr
 
 
+@pytest.mark.slow
 def test_status_list_cancel_on_the_servers(server_url: str) -> None:
     env = {"MAILOUT_DATABASE_URL": server_url}
     msg = json.loads(mailout("enqueue", "--to", "a@example.com", "--subject", "Hi", "--text",
@@ -260,6 +266,7 @@ def test_status_list_cancel_on_the_servers(server_url: str) -> None:
     assert [(m["id"], m["priority"]) for m in listed] == [(msg["id"], 5)]
 
 
+@pytest.mark.slow
 def test_example_app_commits_order_and_email_together(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shop.db'}"
     proc = subprocess.run([sys.executable, str(EXAMPLES / "order_app.py"), "--db", url],

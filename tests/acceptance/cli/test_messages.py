@@ -9,6 +9,7 @@ from email.parser import BytesParser
 from email.policy import strict
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Float, bindparam, func, select, update
 
 from mailout import db
@@ -16,6 +17,8 @@ from mailout.db.schema import attachments, db_now_plus, messages
 from tests.acceptance.cli.test_main import mailout, mailout_json
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
+
+pytestmark = pytest.mark.slow  # the mailout executable, run many times over
 
 
 def test_enqueue_with_cc_bcc_attachments_then_show_trace_and_purge(

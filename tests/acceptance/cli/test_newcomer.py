@@ -12,6 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.cli.test_main import MAILOUT, clean_env, mailout
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
@@ -23,6 +25,7 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
     return proc.stderr
 
 
+@pytest.mark.slow
 def test_postgres_url_spellings_from_apps_all_work(pg_url: str) -> None:
     rest = pg_url.split("://", 1)[1]
     for scheme in ("postgresql+asyncpg", "postgresql+psycopg2", "postgres", "postgresql"):
@@ -30,6 +33,7 @@ def test_postgres_url_spellings_from_apps_all_work(pg_url: str) -> None:
         assert "totals" in json.loads(out)
 
 
+@pytest.mark.slow
 def test_unknown_or_driverless_urls_are_one_line_errors(tmp_path: Path) -> None:
     for url in ("foo://bar", "mysql://root@127.0.0.1:1/none", "not a url"):
         said = _one_line_error(mailout("--db", url, "status", expect=None), 1)
@@ -42,6 +46,7 @@ def test_an_empty_db_option_is_a_usage_error() -> None:
     assert "--db" in said
 
 
+@pytest.mark.slow
 def test_read_only_commands_do_not_create_a_missing_sqlite_file(tmp_path: Path) -> None:
     missing = tmp_path / "typo.db"
     for command in (["status"], ["list"], ["show", "1"]):
@@ -50,6 +55,7 @@ def test_read_only_commands_do_not_create_a_missing_sqlite_file(tmp_path: Path) 
     assert not missing.exists()
 
 
+@pytest.mark.slow
 def test_out_of_range_input_is_a_usage_error(sqlite_url: str) -> None:
     env = {"MAILOUT_DATABASE_URL": sqlite_url}
     cases = [
@@ -93,6 +99,7 @@ def test_list_shows_when_a_pending_message_is_due(sqlite_url: str) -> None:
     assert "01-02 03:04:05" in out
 
 
+@pytest.mark.slow
 def test_the_demos_next_commands_run_without_the_venv_on_path(tmp_path: Path) -> None:
     env = clean_env({"PATH": "/usr/bin:/bin"})
     subprocess.run([MAILOUT, "demo", "--dir", "demo"], cwd=tmp_path, env=env, check=True,
@@ -114,6 +121,7 @@ def test_the_example_apps_database_is_ignored_by_git() -> None:
         assert re.search(rf"^{re.escape(name)}", ignored, re.M), name
 
 
+@pytest.mark.slow
 def test_special_use_domains_need_the_setting_and_then_work(
     sqlite_url: str, smtp_server: SmtpTestServer,
 ) -> None:

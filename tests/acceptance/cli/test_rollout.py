@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select, update
 
 from mailout import db
@@ -19,6 +20,8 @@ from mailout.outbox import EnqueueSettings, enqueue
 from tests.acceptance.cli.test_main import MAILOUT, clean_env, mailout, mailout_json
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
+
+pytestmark = pytest.mark.slow  # the mailout executable and worker processes
 
 SETTINGS = EnqueueSettings(message_id_domain="cli.example.com")
 

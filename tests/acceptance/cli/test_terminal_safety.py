@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from sqlalchemy import update
 
 from mailout import db
@@ -19,6 +20,8 @@ from mailout.transports.smtp.outcome import Stage
 from tests.acceptance.cli.test_main import mailout
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import worker_env
+
+pytestmark = pytest.mark.slow  # the mailout executable, run many times over
 
 ESC = "\x1b"
 # An OSC window title, an OSC-8 hyperlink and a colour, each a live sequence if printed raw.

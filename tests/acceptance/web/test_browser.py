@@ -93,6 +93,7 @@ def text_of(driver: WebDriver, element_id: str) -> str:
     return str(driver.find_element(By.ID, element_id).text)
 
 
+@pytest.mark.slow
 def test_operator_retries_a_failed_message_and_a_worker_sends_it(
     browser: WebDriver, db_url: str, engine: Engine, smtp_server: SmtpTestServer,
     worker: subprocess.Popen[bytes], request: pytest.FixtureRequest,

@@ -265,6 +265,7 @@ def test_mounted_in_a_host_app_behind_its_auth(db_url: str, failed_id: int) -> N
     console.state.console.engine.dispose()
 
 
+@pytest.mark.slow
 def test_mailout_web_serves_on_loopback_and_refuses_unsafe_starts(db_url: str) -> None:
     env = {"MAILOUT_DATABASE_URL": db_url}
     no_token = subprocess.run([MAILOUT, "web", "--port", str(free_port())], env=clean_env(env),

@@ -26,6 +26,7 @@ def count(engine: Engine, table: object) -> int:
         return conn.execute(select(func.count()).select_from(table)).scalar_one()  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_one_content_on_a_thousand_messages_is_stored_once(engine: Engine) -> None:
     with engine.begin() as conn:
         enqueue_many(conn, [

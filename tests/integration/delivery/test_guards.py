@@ -144,6 +144,7 @@ def test_an_unknown_schema_version_stays_pending(
     assert row(engine, rid)["status"] == "sent"
 
 
+@pytest.mark.slow
 def test_pause_and_resume_apply_to_every_worker_process(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from mailout import db
@@ -69,6 +70,7 @@ def test_worker_help_offers_metrics_host() -> None:
     assert "MAILOUT_METRICS_HOST" in out
 
 
+@pytest.mark.slow
 def test_idle_metrics_sockets_do_not_stop_the_worker_sending(
     sqlite_url: str, smtp_server: SmtpTestServer, tmp_path: Path,
 ) -> None:

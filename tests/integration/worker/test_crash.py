@@ -26,6 +26,8 @@ from tests.support.smtpserver import ReceivedMessage, SmtpTestServer
 from tests.support.timetravel import expire_leases
 from tests.support.workers import spawn_worker, worker_env
 
+pytestmark = pytest.mark.slow  # worker processes, SIGKILLed and restarted
+
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
 # Long: no test waits for a lease to run out (timetravel.expire_leases ends it), and a
 # live worker on a busy machine must not lose one.

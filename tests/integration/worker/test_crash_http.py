@@ -38,6 +38,8 @@ from tests.support.timetravel import expire_leases, make_due
 from tests.support.transport_harness import provider_url
 from tests.support.workers import MAIL_FROM, spawn_worker
 
+pytestmark = pytest.mark.slow  # worker processes, SIGKILLed and restarted
+
 # How long a worker process may take to start, claim and send: generous, since it is
 # only ever reached when something is wrong, and a loaded machine starts Python slowly.
 PROCESS_DEADLINE = 120

@@ -17,6 +17,8 @@ from tests.support.pg import EmbeddedPostgres, create_database
 from tests.support.smtpserver import SmtpTestServer
 from tests.support.workers import spawn_worker, worker_env
 
+pytestmark = pytest.mark.slow  # a private PostgreSQL stopped and started
+
 
 @pytest.fixture
 def own_postgres() -> Iterator[EmbeddedPostgres]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from sqlalchemy import Engine, func, select, text
 
 from mailout.db.schema import messages
@@ -123,6 +124,7 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll(
     assert elapsed < 5
 
 
+@pytest.mark.slow
 def test_a_queue_rate_limit_holds(engine: Engine, db_url: str,
                                   smtp_server: SmtpTestServer) -> None:
     rate, n = 40, 160

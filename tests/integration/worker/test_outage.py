@@ -90,6 +90,7 @@ def wait_for(predicate: object, timeout: float) -> bool:
 
 
 @pytest.mark.parametrize("fault", ["nothing_listens", "greeting_421"])
+@pytest.mark.slow
 def test_a_worker_process_rides_out_an_outage_and_sends_everything_after_it(
     engine: Engine, db_url: str, tmp_path: Path, fault: str
 ) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from email import message_from_bytes
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, func, select, update
 
 from mailout import db
@@ -232,6 +233,7 @@ def test_bad_credentials_pause_sending_without_failing_anything(
     assert failed == 0
 
 
+@pytest.mark.slow
 def test_four_worker_processes_deliver_every_message_exactly_once(
     server_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:
@@ -257,6 +259,7 @@ def test_four_worker_processes_deliver_every_message_exactly_once(
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_sigterm_drains_gracefully_and_loses_nothing(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, tmp_path: Path
 ) -> None:

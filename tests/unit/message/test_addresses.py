@@ -54,6 +54,7 @@ locals_ = st.one_of(
 @example(local="Postmaster", domain="example.com", padding=0)
 @example(local="a", domain="example.com", padding=240)
 @example(local="a", domain="a.b.example.test", padding=0)
+@pytest.mark.slow
 def test_same_answer_as_email_validator(local: str, domain: str, padding: int) -> None:
     # padding pushes some addresses over the 254-octet limit, at the local part.
     addr = f"{local}{'p' * padding if local else ''}@{domain}"

@@ -319,6 +319,7 @@ qp_line = st.lists(st.sampled_from([b"a", b" ", b"\t", b"=3D", b"xyz"]), min_siz
 
 @settings(max_examples=500, deadline=None)
 @given(line=qp_line)
+@pytest.mark.slow
 def test_soft_breaks_are_the_reference_rules_byte_for_byte(line: bytes) -> None:
     # The fast paths (no escape; only the escaped whitespace at the end) must write the
     # same wire bytes as the plain rule.

@@ -38,6 +38,7 @@ def _invoice(number: str) -> EmailMultiAlternatives:
     return email
 
 
+@pytest.mark.slow
 def test_a_django_message_arrives_whole_from_the_management_command_worker(
     using: str, outside_engine: Engine, smtp_server: SmtpTestServer, pg_server_url: str,
 ) -> None:
