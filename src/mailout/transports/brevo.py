@@ -20,6 +20,7 @@ Classification: 2xx sent; 401 (``unauthorized``), 402 (``not_enough_credits``) a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
@@ -39,6 +40,7 @@ from mailout.transports.http import (
     message_of,
     no_crlf,
 )
+from mailout.transports.providers import ProviderUrl, api_key
 
 DEFAULT_ENDPOINT: Final = "https://api.brevo.com"
 DEDUPE_WINDOW: Final = 15 * 60.0  # the shorter of the two lifetimes Brevo documents
@@ -117,3 +119,9 @@ class BrevoProvider:
 
 def _person(m: Mailbox) -> dict[str, str]:
     return {"email": m.address, "name": m.name} if m.name else {"email": m.address}
+
+
+def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+    """``brevo://KEY``."""
+    key = api_key(address, "brevo", setting)
+    return ProviderUrl("brevo://****", DEFAULT_ENDPOINT, lambda: BrevoProvider(key))

@@ -15,10 +15,13 @@ honouring Retry-After; 400 and 413 fail. ``mailout check`` reads
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
+from urllib.parse import unquote
 
 import httpx
 
+from mailout.exceptions import ConfigError
 from mailout.message.envelope import Envelope
 from mailout.models import Attachment
 from mailout.transports.base import CheckResult, Decision, SendResult
@@ -33,6 +36,7 @@ from mailout.transports.http import (
     no_crlf,
     shown,
 )
+from mailout.transports.providers import ProviderUrl
 
 PAYMENT_REQUIRED: Final = 402
 DOMAIN_NOT_FOUND: Final = 404
@@ -101,3 +105,20 @@ def _file(a: Attachment) -> tuple[str, tuple[str, bytes, str]]:
     if a.inline and a.cid:
         return ("inline", (a.cid, a.content, a.content_type))
     return ("attachment", (a.filename, a.content, a.content_type))
+
+
+REGIONS: Final = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
+
+
+def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+    """``mailgun://KEY@DOMAIN``, ``?region=us`` (the default) or ``eu``."""
+    key, at, domain = address.rpartition("@")
+    if not at or not key or not domain:
+        raise ConfigError(setting, "mailgun:// needs the key and the domain: "
+                                   "mailgun://KEY@DOMAIN")
+    region = query.get("region", "us").lower()
+    if region not in REGIONS:
+        raise ConfigError(setting, f"?region must be us or eu, got {region!r}")
+    secret, domain = unquote(key), unquote(domain).lower()
+    return ProviderUrl(f"mailgun://****@{domain}?region={region}", REGIONS[region],
+                       lambda: MailgunProvider(secret, domain))

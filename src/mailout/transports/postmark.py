@@ -24,6 +24,7 @@ ErrorCode                             decision
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
@@ -43,6 +44,7 @@ from mailout.transports.http import (
     retry_after,
     shown,
 )
+from mailout.transports.providers import ProviderUrl, api_key
 
 DEFAULT_ENDPOINT: Final = "https://api.postmarkapp.com"
 TOKEN_HEADER: Final = "X-Postmark-Server-Token"  # noqa: S105 (a header name, not a secret)
@@ -144,3 +146,11 @@ def _attachment(a: Attachment) -> dict[str, Any]:
     if a.inline and a.cid:
         item["ContentID"] = f"cid:{a.cid}"
     return item
+
+
+def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+    """``postmark://TOKEN``, ``?stream=`` its message stream (default ``outbound``)."""
+    token = api_key(address, "postmark", setting)
+    stream = query.get("stream") or DEFAULT_STREAM
+    return ProviderUrl(f"postmark://****?stream={stream}", DEFAULT_ENDPOINT,
+                       lambda: PostmarkProvider(token, stream=stream))

@@ -6,12 +6,12 @@ no major provider documents deduplicating on it. A preset names the provider, so
 sends the header that provider documents (Resend's relay reads
 ``Resend-Idempotency-Key`` and keeps a key for 24 hours) and none where the provider
 documents none. A preset with no host in the URL uses the provider's relay host.
+Each provider's relay is on its line of :data:`mailout.transports.providers.PROVIDERS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,15 +19,5 @@ class Relay:
     """What mailout knows about one provider's SMTP relay."""
 
     host: str | None  # the documented relay host (SES: per region, so none)
-    key_header: str | None  # the idempotency header it honours, or None
-    dedupe_window: float | None  # how long it drops a repeated key, in seconds
-
-
-RELAYS: Final[dict[str, Relay]] = {
-    "resend": Relay("smtp.resend.com", "Resend-Idempotency-Key", 24 * 3600.0),
-    "postmark": Relay("smtp.postmarkapp.com", None, None),
-    "sendgrid": Relay("smtp.sendgrid.net", None, None),
-    "mailgun": Relay("smtp.mailgun.org", None, None),
-    "brevo": Relay("smtp-relay.brevo.com", None, None),
-    "ses": Relay(None, None, None),  # email-smtp.REGION.amazonaws.com
-}
+    key_header: str | None = None  # the idempotency header it honours, or None
+    dedupe_window: float | None = None  # how long it drops a repeated key, in seconds

@@ -1,35 +1,70 @@
-"""HTTP provider URLs: ``resend://KEY``, ``postmark://TOKEN``, ``mailgun://KEY@DOMAIN``...
+"""The providers mailout sends through (:data:`PROVIDERS`, one line each) and their
+URLs: ``resend://KEY``, ``postmark://TOKEN``, ``mailgun://KEY@DOMAIN``...
 
 Parses a provider URL into what :class:`~mailout.transports.http.HttpTransport`
-needs, without importing httpx (so a bad URL is reported at startup even where the
-``http`` extra is missing). Secrets are percent-decoded (a ``/`` in an AWS secret is
-written ``%2F``) and never appear in :attr:`Parsed.shown`.
-
-Query parameters, for every provider: ``endpoint`` (an https URL, or http on
+needs. What every provider shares is checked here, before the provider's module is
+imported: the query parameters it takes, ``endpoint`` (an https URL, or http on
 loopback only, for tests and local fakes) and ``timeout`` (seconds for one request).
-Postmark also takes ``stream`` (its message stream); Mailgun ``region`` (``us`` or
-``eu``); SES ``region`` instead of the host part.
+The rest is the provider module's ``from_url``: the key (and Postmark's ``stream``,
+Mailgun's domain and ``region``, SES's credentials and ``region``). Secrets are
+percent-decoded (a ``/`` in an AWS secret is written ``%2F``) and never appear in
+:attr:`Parsed.shown`. A provider whose extra is not installed is a ConfigError that
+names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from mailout.exceptions import ConfigError
 from mailout.support import envparse
 from mailout.support.hosts import is_loopback
+from mailout.transports.presets import Relay
 
 if TYPE_CHECKING:
     from mailout.transports.http import Provider
 
-SCHEMES: Final = ("resend", "postmark", "sendgrid", "brevo", "mailgun", "ses")
 DEFAULT_TIMEOUT: Final = 30.0
-_MAILGUN_REGIONS: Final = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
 _COMMON: Final = frozenset({"endpoint", "timeout"})
-_EXTRA: Final = {"postmark": {"stream"}, "mailgun": {"region"}, "ses": {"region"}}
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """One provider mailout sends through. Its transport is the module named after it,
+    ``mailout.transports.NAME``, whose ``from_url`` reads ``NAME://`` URLs."""
+
+    query: frozenset[str] = frozenset()  # its own URL parameters, beyond endpoint and timeout
+    relay: Relay | None = None  # its SMTP relay, for smtp+NAME:// (None: it has none)
+    extra: str = "http"  # the mailout extra its transport needs installed
+
+
+# The providers: a new one is one line here, plus its module (docs/ADDING_A_PROVIDER.md).
+PROVIDERS: Final[Mapping[str, Registered]] = {
+    "resend": Registered(relay=Relay("smtp.resend.com", "Resend-Idempotency-Key", 24 * 3600.0)),
+    "postmark": Registered(frozenset({"stream"}), Relay("smtp.postmarkapp.com")),
+    "sendgrid": Registered(relay=Relay("smtp.sendgrid.net")),
+    "brevo": Registered(relay=Relay("smtp-relay.brevo.com")),
+    "mailgun": Registered(frozenset({"region"}), Relay("smtp.mailgun.org")),
+    # SES's relay host is per region (email-smtp.REGION.amazonaws.com): none by default.
+    "ses": Registered(frozenset({"region"}), Relay(None), extra="ses"),
+}
+SCHEMES: Final = tuple(PROVIDERS)
+RELAYS: Final[Mapping[str, Relay]] = {
+    name: p.relay for name, p in PROVIDERS.items() if p.relay is not None}
+
+
+@dataclass(frozen=True)
+class ProviderUrl:
+    """What a provider module reads from its URL: how to show it, where its API is, and
+    how to build its :class:`~mailout.transports.http.Provider` hooks."""
+
+    shown: str  # the URL without secrets (``resend://****``)
+    endpoint: str  # the API's default base URL
+    provider: Callable[[], Provider] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -43,11 +78,20 @@ class Parsed:
     provider: Callable[[], Provider] = field(repr=False)
 
 
+class FromUrl(Protocol):
+    """The function each provider module offers as ``from_url``."""
+
+    def __call__(self, address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+        """``address`` is the URL's host part as written (keys are case-sensitive)."""
+        ...
+
+
 def parse(url: str, scheme: str, setting: str) -> Parsed:
     """Check ``url`` (whose scheme is one of SCHEMES). Raises ConfigError naming ``setting``."""
+    registered = PROVIDERS[scheme]
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    allowed = _COMMON | _EXTRA.get(scheme, set())
+    allowed = _COMMON | registered.query
     for key in query:
         if key not in allowed:
             raise ConfigError(setting, f"has an unknown parameter {key!r} for {scheme}:// "
@@ -57,70 +101,26 @@ def parse(url: str, scheme: str, setting: str) -> Parsed:
     if endpoint is not None:
         endpoint = _endpoint(endpoint, setting)
     shown_tail = f" (endpoint {endpoint})" if endpoint else ""
+    try:
+        module = importlib.import_module(f"mailout.transports.{scheme}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "mailout").startswith("mailout"):
+            raise
+        raise ConfigError(setting, f"{scheme}:// needs {exc.name}: pip install "
+                                   f"'mailout[{registered.extra}]'") from None
+    from_url: FromUrl = module.from_url
     # The netloc, not hostname: hostname lowercases, and keys are case-sensitive.
-    netloc = parts.netloc
-    if scheme == "mailgun":
-        return _mailgun(netloc, query, endpoint, timeout, setting, shown_tail)
-    if scheme == "ses":
-        return _ses(netloc, query, endpoint, timeout, setting, shown_tail)
-    secret = unquote(netloc)
-    if not secret:
+    read = from_url(parts.netloc, query, setting)
+    return Parsed(scheme, read.shown + shown_tail, endpoint or read.endpoint, timeout,
+                  read.provider)
+
+
+def api_key(address: str, scheme: str, setting: str) -> str:
+    """The key of a ``NAME://KEY`` URL, percent-decoded; ConfigError when there is none."""
+    key = unquote(address)
+    if not key:
         raise ConfigError(setting, f"{scheme}:// needs the API key: {scheme}://KEY")
-    if scheme == "resend":
-        from mailout.transports import resend
-
-        return Parsed("resend", f"resend://****{shown_tail}", endpoint or resend.DEFAULT_ENDPOINT,
-                      timeout, lambda: resend.ResendProvider(secret))
-    if scheme == "postmark":
-        from mailout.transports import postmark
-
-        stream = query.get("stream") or postmark.DEFAULT_STREAM
-        return Parsed("postmark", f"postmark://****?stream={stream}{shown_tail}",
-                      endpoint or postmark.DEFAULT_ENDPOINT, timeout,
-                      lambda: postmark.PostmarkProvider(secret, stream=stream))
-    if scheme == "sendgrid":
-        from mailout.transports import sendgrid
-
-        return Parsed("sendgrid", f"sendgrid://****{shown_tail}",
-                      endpoint or sendgrid.DEFAULT_ENDPOINT, timeout,
-                      lambda: sendgrid.SendGridProvider(secret))
-    from mailout.transports import brevo
-
-    return Parsed("brevo", f"brevo://****{shown_tail}", endpoint or brevo.DEFAULT_ENDPOINT,
-                  timeout, lambda: brevo.BrevoProvider(secret))
-
-
-def _mailgun(netloc: str, query: dict[str, str], endpoint: str | None, timeout: float,
-             setting: str, tail: str) -> Parsed:
-    from mailout.transports import mailgun
-
-    key, at, domain = netloc.rpartition("@")
-    if not at or not key or not domain:
-        raise ConfigError(setting, "mailgun:// needs the key and the domain: "
-                                   "mailgun://KEY@DOMAIN")
-    region = query.get("region", "us").lower()
-    if region not in _MAILGUN_REGIONS:
-        raise ConfigError(setting, f"?region must be us or eu, got {region!r}")
-    secret, domain = unquote(key), unquote(domain).lower()
-    return Parsed("mailgun", f"mailgun://****@{domain}?region={region}{tail}",
-                  endpoint or _MAILGUN_REGIONS[region], timeout,
-                  lambda: mailgun.MailgunProvider(secret, domain))
-
-
-def _ses(netloc: str, query: dict[str, str], endpoint: str | None, timeout: float,
-         setting: str, tail: str) -> Parsed:
-    from mailout.transports import ses
-
-    creds, at, region = netloc.rpartition("@")
-    access, colon, secret = creds.partition(":")
-    region = unquote(query.get("region") or region)
-    if not at or not colon or not access or not secret or not region:
-        raise ConfigError(setting, "ses:// needs the access key, the secret and the region: "
-                                   "ses://ACCESS:SECRET@REGION (a / in the secret as %2F)")
-    access, secret = unquote(access), unquote(secret)
-    return Parsed("ses", f"ses://{access}:****@{region}{tail}",
-                  endpoint or f"https://email.{region}.amazonaws.com", timeout,
-                  lambda: ses.SesProvider(access, secret, region))
+    return key
 
 
 _SECONDS = envparse.number(float, minimum=0, strict=True)

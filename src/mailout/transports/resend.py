@@ -17,6 +17,7 @@ honouring ``Retry-After``; 400/422 (validation) fail. ``mailout check`` reads
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
@@ -36,6 +37,7 @@ from mailout.transports.http import (
     retry_after,
     shown,
 )
+from mailout.transports.providers import ProviderUrl, api_key
 
 DEFAULT_ENDPOINT: Final = "https://api.resend.com"
 DEDUPE_WINDOW: Final = 24 * 3600.0  # Resend keeps an idempotency key for a day
@@ -125,3 +127,9 @@ def _attachment(a: Attachment) -> dict[str, Any]:
     if a.inline and a.cid:
         item["content_id"] = a.cid
     return item
+
+
+def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+    """``resend://KEY``."""
+    key = api_key(address, "resend", setting)
+    return ProviderUrl("resend://****", DEFAULT_ENDPOINT, lambda: ResendProvider(key))

@@ -14,6 +14,7 @@ fail. ``mailout check`` reads ``GET /v3/scopes`` and requires ``mail.send`` amon
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
@@ -32,6 +33,7 @@ from mailout.transports.http import (
     no_crlf,
     retry_after,
 )
+from mailout.transports.providers import ProviderUrl, api_key
 
 DEFAULT_ENDPOINT: Final = "https://api.sendgrid.com"
 SEND_SCOPE: Final = "mail.send"
@@ -113,3 +115,9 @@ def _attachment(a: Attachment) -> dict[str, str]:
     if a.inline and a.cid:
         item["content_id"] = a.cid
     return item
+
+
+def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+    """``sendgrid://KEY``."""
+    key = api_key(address, "sendgrid", setting)
+    return ProviderUrl("sendgrid://****", DEFAULT_ENDPOINT, lambda: SendGridProvider(key))

@@ -17,15 +17,18 @@ Retry-After. ``mailout check`` reads ``GetAccount`` (``GET /v2/email/account``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any, Final
+from urllib.parse import unquote
 
 import httpx
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from mailout.exceptions import ConfigError
 from mailout.message.envelope import Envelope
 from mailout.transports.base import CheckResult, Decision, SendResult
 from mailout.transports.http import (
@@ -40,6 +43,7 @@ from mailout.transports.http import (
     retry_after,
     shown,
 )
+from mailout.transports.providers import ProviderUrl
 
 SEND_PATH: Final = "/v2/email/outbound-emails"
 _FAILED: Final = {"MessageRejected": "message_rejected", "BadRequestException": "rejected"}
@@ -155,3 +159,17 @@ def _wire(envelope: Envelope) -> bytes:
             msg.add_attachment(a.content, maintype=maintype, subtype=subtype or "octet-stream",
                                filename=a.filename)
     return msg.as_bytes(policy=msg.policy.clone(linesep="\r\n"))
+
+
+def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:
+    """``ses://ACCESS:SECRET@REGION`` (a ``/`` in the secret as ``%2F``), or the region
+    as ``?region=``."""
+    creds, at, region = address.rpartition("@")
+    access, colon, secret = creds.partition(":")
+    region = unquote(query.get("region") or region)
+    if not at or not colon or not access or not secret or not region:
+        raise ConfigError(setting, "ses:// needs the access key, the secret and the region: "
+                                   "ses://ACCESS:SECRET@REGION (a / in the secret as %2F)")
+    access, secret = unquote(access), unquote(secret)
+    return ProviderUrl(f"ses://{access}:****@{region}", f"https://email.{region}.amazonaws.com",
+                       lambda: SesProvider(access, secret, region))

@@ -5,10 +5,10 @@
 ``smtps://user:pass@host:465``                   SMTP over implicit TLS
 ``smtp+resend://resend:KEY@smtp.resend.com``     a provider's SMTP relay: sets the key
                                                  header it honours (``presets``)
-``resend://KEY``, ``postmark://TOKEN``,          a provider's HTTP API (``providers``);
-``sendgrid://KEY``, ``brevo://KEY``,             ``?endpoint=`` points it elsewhere,
-``mailgun://KEY@DOMAIN``,                        ``?timeout=`` bounds one request
-``ses://ACCESS:SECRET@REGION``
+``resend://KEY``, ``mailgun://KEY@DOMAIN``...    a provider's HTTP API: one per line of
+                                                 ``providers.PROVIDERS``; ``?endpoint=``
+                                                 points it elsewhere, ``?timeout=``
+                                                 bounds one request
 ``failover(A, B)``, ``roundrobin(A, B)``         several transports (``multi``)
 ``memory://``                                    keep messages in memory (tests)
 unset                                            SMTP from the ``SMTP_*`` variables
@@ -28,7 +28,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from mailout.exceptions import ConfigError
-from mailout.transports import presets, providers
+from mailout.transports import providers
 from mailout.transports.base import Transport
 from mailout.transports.smtp import settings as smtp_settings
 from mailout.transports.spec import KEEP_HEADER, TransportSpec
@@ -88,10 +88,10 @@ def _smtp(settings: smtp_settings.SmtpSettings, *, explicit_pool: Mapping[str, s
 
 def _preset(url: str, scheme: str, env: Mapping[str, str], concurrency: int) -> TransportSpec:
     base, _, provider = scheme.partition("+")
-    preset = presets.RELAYS.get(provider)
+    preset = providers.RELAYS.get(provider)
     if preset is None:
         raise ConfigError(SETTING, f"has an unknown relay preset {scheme!r}: use one of "
-                                   f"{', '.join('smtp+' + p for p in presets.RELAYS)}")
+                                   f"{', '.join('smtp+' + p for p in providers.RELAYS)}")
     plain = base + url[len(scheme):]
     if preset.host and urlsplit(plain).hostname is None:
         # No host given: the provider's documented relay.

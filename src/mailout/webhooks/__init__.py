@@ -1,9 +1,10 @@
 """Webhook receivers: provider event callbacks in, provider-neutral events out.
 
 Owns the receiver contract (``base``: verify a request, parse it into
-:class:`mailout.models.Event` records), one receiver per provider (``resend``,
-``postmark``, ``ses``, ``sendgrid``, ``mailgun``, ``brevo``), their settings
-(``settings``), the framework-neutral request handler (``handler``), the ASGI app
+:class:`mailout.models.Event` records), one receiver module per provider, named after
+it and listed in ``settings.RECEIVERS`` (each builds its receiver with
+``from_settings``), their settings (``settings``), the framework-neutral request
+handler (``handler``), the ASGI app
 (``app``, Starlette: mountable in FastAPI or Starlette, served by
 ``mailout webhooks serve``). The Django view is :mod:`mailout.contrib.django.webhooks`
 (``django`` here only re-exports it, for the import path documented before).

@@ -10,7 +10,7 @@ event, or an array of them when batching is on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mailout.feedback.dsn import provider_bounce_kind
 from mailout.feedback.events import (
@@ -36,6 +36,9 @@ from mailout.webhooks.base import (
     text_field,
     unauthorized,
 )
+
+if TYPE_CHECKING:
+    from mailout.webhooks.settings import WebhookSettings
 
 TYPES = {
     "delivered": EventType.DELIVERED,
@@ -120,3 +123,10 @@ def _when(item: dict[str, Any]) -> Any:
         except ValueError:
             pass
     raise bad_request("the event has no readable time (ts_epoch, ts_event or date)")
+
+
+def from_settings(settings: WebhookSettings) -> BrevoReceiver | None:
+    """The receiver, when ``MAILOUT_WEBHOOK_BREVO_AUTH`` or ``_TOKEN`` is set."""
+    if settings.brevo_auth is None and settings.brevo_token is None:
+        return None
+    return BrevoReceiver(settings.brevo_auth, settings.brevo_token)

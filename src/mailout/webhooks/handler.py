@@ -29,7 +29,7 @@ from mailout.feedback.rate_alert import RateMonitor, sender_rejected_alert
 from mailout.support.alerts import Alerts
 from mailout.webhooks import base
 from mailout.webhooks.base import Receiver, Request, WebhookError
-from mailout.webhooks.settings import WebhookSettings
+from mailout.webhooks.settings import WebhookSettings, build_receivers
 
 log = logging.getLogger(__name__)
 
@@ -42,31 +42,6 @@ class Reply:
 
     status: int
     body: dict[str, Any]
-
-
-def build_receivers(settings: WebhookSettings) -> dict[str, Receiver]:
-    """A receiver per configured provider."""
-    from mailout.webhooks.brevo import BrevoReceiver
-    from mailout.webhooks.mailgun import MailgunReceiver
-    from mailout.webhooks.postmark import PostmarkReceiver
-    from mailout.webhooks.resend import ResendReceiver
-    from mailout.webhooks.sendgrid import SendgridReceiver
-    from mailout.webhooks.ses import SesReceiver
-
-    out: dict[str, Receiver] = {}
-    if settings.resend_secret is not None:
-        out["resend"] = ResendReceiver(settings.resend_secret, settings.tolerance)
-    if settings.postmark_auth is not None:
-        out["postmark"] = PostmarkReceiver(settings.postmark_auth)
-    if settings.ses_topics:
-        out["ses"] = SesReceiver(settings)
-    if settings.sendgrid_key is not None:
-        out["sendgrid"] = SendgridReceiver(settings.sendgrid_key, settings.tolerance)
-    if settings.mailgun_key is not None:
-        out["mailgun"] = MailgunReceiver(settings.mailgun_key, settings.tolerance)
-    if settings.brevo_auth is not None or settings.brevo_token is not None:
-        out["brevo"] = BrevoReceiver(settings.brevo_auth, settings.brevo_token)
-    return out
 
 
 class WebhookHandler:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mailout.feedback.dsn import provider_bounce_kind
 from mailout.feedback.events import clip, from_timestamp, normalize_message_id, payload_text
@@ -31,6 +31,9 @@ from mailout.webhooks.base import (
     text_field,
     unauthorized,
 )
+
+if TYPE_CHECKING:
+    from mailout.webhooks.settings import WebhookSettings
 
 TYPES = {
     "delivered": EventType.DELIVERED,
@@ -110,3 +113,10 @@ class MailgunReceiver:
             message_id=normalize_message_id(mid),
             diagnostic=clip(" ".join(x for x in (reason, text) if x)),
             payload=payload_text(data))
+
+
+def from_settings(settings: WebhookSettings) -> MailgunReceiver | None:
+    """The receiver, when ``MAILOUT_WEBHOOK_MAILGUN_KEY`` is set."""
+    if settings.mailgun_key is None:
+        return None
+    return MailgunReceiver(settings.mailgun_key, settings.tolerance)

@@ -12,7 +12,7 @@ Record types: ``Delivery``, ``Bounce`` (by ``Type``), ``SpamComplaint`` and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mailout.feedback.events import clip, derived_id, parse_time, payload_text
 from mailout.message.addresses import normalize_address
@@ -27,6 +27,9 @@ from mailout.webhooks.base import (
     require_dict,
     text_field,
 )
+
+if TYPE_CHECKING:
+    from mailout.webhooks.settings import WebhookSettings
 
 IGNORED = frozenset({"Open", "Click"})
 HARD = frozenset({"HardBounce", "BadEmailAddress", "ManuallyDeactivated", "Unconfirmed"})
@@ -92,3 +95,10 @@ class PostmarkReceiver:
             provider=self.provider, event_id=event_id, type=etype, subtype=subtype,
             recipient=recipient, occurred_at=occurred, provider_message_id=pid,
             diagnostic=clip(detail), payload=payload_text(doc)),))
+
+
+def from_settings(settings: WebhookSettings) -> PostmarkReceiver | None:
+    """The receiver, when ``MAILOUT_WEBHOOK_POSTMARK_AUTH`` is set."""
+    if settings.postmark_auth is None:
+        return None
+    return PostmarkReceiver(settings.postmark_auth)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mailout.feedback.events import clip, parse_time, payload_text
 from mailout.message.addresses import normalize_address
@@ -31,6 +31,9 @@ from mailout.webhooks.base import (
     text_field,
     unauthorized,
 )
+
+if TYPE_CHECKING:
+    from mailout.webhooks.settings import WebhookSettings
 
 TYPES = {
     "email.delivered": EventType.DELIVERED,
@@ -114,3 +117,10 @@ def _detail(etype: EventType, data: dict[str, Any]) -> tuple[str | None, str | N
         failed = sub_dict(data, "failed")
         return None, clip(str(failed.get("reason") or "")) or None
     return None, None
+
+
+def from_settings(settings: WebhookSettings) -> ResendReceiver | None:
+    """The receiver, when ``MAILOUT_WEBHOOK_RESEND_SECRET`` is set."""
+    if settings.resend_secret is None:
+        return None
+    return ResendReceiver(settings.resend_secret, settings.tolerance)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -38,6 +38,9 @@ from mailout.webhooks.base import (
     text_field,
     unauthorized,
 )
+
+if TYPE_CHECKING:
+    from mailout.webhooks.settings import WebhookSettings
 
 SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
 TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
@@ -130,3 +133,10 @@ class SendgridReceiver:
             provider_message_id=text_field(item, "sg_message_id", required=False),
             message_id=normalize_message_id(text_field(item, "smtp-id", required=False)),
             diagnostic=clip(text), payload=payload_text(item))
+
+
+def from_settings(settings: WebhookSettings) -> SendgridReceiver | None:
+    """The receiver, when ``MAILOUT_WEBHOOK_SENDGRID_KEY`` is set."""
+    if settings.sendgrid_key is None:
+        return None
+    return SendgridReceiver(settings.sendgrid_key, settings.tolerance)

@@ -340,3 +340,8 @@ def _reject(note: dict[str, Any], mail: dict[str, Any], sns_id: str, base: Any) 
 _KINDS = {"Bounce": _bounce, "Complaint": _complaint, "Delivery": _delivery,
           "DeliveryDelay": _delay, "Reject": _reject}
 _ = BounceKind  # bounce subtypes come from provider_bounce_kind
+
+
+def from_settings(settings: WebhookSettings) -> SesReceiver | None:
+    """The receiver, when ``MAILOUT_WEBHOOK_SES_TOPICS`` names at least one topic."""
+    return SesReceiver(settings) if settings.ses_topics else None

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from mailout.delivery.policy import setting_seconds
@@ -23,6 +24,7 @@ from mailout.feedback.ingest import (
     Policy,
     ReturnPath,
 )
+from mailout.webhooks.base import Receiver
 
 DEFAULT_TOLERANCE = 300.0  # seconds a signature timestamp may be off, either way
 DEFAULT_SNS_TOLERANCE = 3600.0  # SNS signs at publish time and retries the same copy
@@ -62,15 +64,7 @@ class WebhookSettings:
     @property
     def providers(self) -> tuple[str, ...]:
         """The providers whose endpoints are enabled."""
-        enabled = {
-            "resend": self.resend_secret is not None,
-            "postmark": self.postmark_auth is not None,
-            "ses": bool(self.ses_topics),
-            "sendgrid": self.sendgrid_key is not None,
-            "mailgun": self.mailgun_key is not None,
-            "brevo": self.brevo_auth is not None or self.brevo_token is not None,
-        }
-        return tuple(name for name, on in enabled.items() if on)
+        return tuple(build_receivers(self))
 
 
 def svix_secret(setting: str, raw: str) -> bytes:
@@ -127,6 +121,28 @@ def _origin(setting: str, raw: str) -> str:
     if parts.scheme != "https" or not parts.hostname or parts.path not in ("", "/"):
         raise ConfigError(setting, "must be an https://host:port origin")
     return f"https://{parts.netloc}"
+
+
+# The providers with a receiver: a new one is a line here and its module,
+# mailout.webhooks.NAME, whose from_settings() builds it (docs/ADDING_A_PROVIDER.md).
+RECEIVERS: Final = ("resend", "postmark", "ses", "sendgrid", "mailgun", "brevo")
+
+
+class _ReceiverModule(Protocol):
+    def from_settings(self, settings: WebhookSettings) -> Receiver | None:
+        """The provider's receiver, or None when its secrets are not set."""
+        ...
+
+
+def build_receivers(settings: WebhookSettings) -> dict[str, Receiver]:
+    """A receiver per configured provider, in :data:`RECEIVERS` order."""
+    out: dict[str, Receiver] = {}
+    for name in RECEIVERS:
+        module: _ReceiverModule = importlib.import_module(f"mailout.webhooks.{name}")
+        receiver = module.from_settings(settings)
+        if receiver is not None:
+            out[name] = receiver
+    return out
 
 
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> WebhookSettings:

@@ -19,10 +19,10 @@ from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage
 from mailout.transports.base import Decision, SendResult
 from tests.support.smtpserver import SmtpTestServer
-from tests.support.transport_harness import Harness, harness
+from tests.support.transport_harness import FAKES, Harness, harness
 
-TRANSPORTS = ["memory", "smtp", "resend", "postmark", "brevo", "sendgrid", "mailgun", "ses",
-              "failover"]
+# Every HTTP API provider with a fake (transport_harness.FAKES) joins by being there.
+TRANSPORTS = ["memory", "smtp", *FAKES, "failover"]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RENDERER = Renderer(None, mail_from="Shop <shop@example.com>")
 

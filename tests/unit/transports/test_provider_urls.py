@@ -125,3 +125,30 @@ def test_brevo_key_uuid_is_a_stable_uuid_per_key() -> None:
     assert key_uuid("order-1") == key_uuid("order-1")
     assert key_uuid("order-1") != key_uuid("order-2")
     assert len(key_uuid("order-1")) == 36
+
+
+def test_every_registered_provider_has_its_module_and_reads_its_own_url() -> None:
+    """One line in providers.PROVIDERS and a module named after it are the whole
+    registration (docs/ADDING_A_PROVIDER.md): the module reads NAME:// URLs."""
+    import importlib
+
+    from mailout.transports import providers
+
+    for name in providers.PROVIDERS:
+        module = importlib.import_module(f"mailout.transports.{name}")
+        assert callable(module.from_url), name
+    assert set(providers.RELAYS) == set(providers.PROVIDERS)  # each has an SMTP relay
+
+
+def test_a_provider_whose_extra_is_missing_is_a_config_error_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # importing it now fails
+    monkeypatch.delitem(sys.modules, "mailout.transports.resend", raising=False)
+    monkeypatch.delitem(sys.modules, "mailout.transports.http", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        url.parse("resend://re_key", {}, concurrency=1)
+    assert caught.value.setting == "MAILOUT_TRANSPORT"
+    assert "pip install 'mailout[http]'" in caught.value.reason
+    assert "re_key" not in str(caught.value)

@@ -10,7 +10,7 @@ import pytest
 
 from mailout.exceptions import ConfigError
 from mailout.feedback.ingest import ReturnPath
-from mailout.webhooks.settings import load
+from mailout.webhooks.settings import WebhookSettings, load
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123").decode()
 
@@ -82,3 +82,17 @@ def test_return_path_secrets_rotate() -> None:
     both = ReturnPath("bounces+{id}@shop.example", "the-new-secret-0123, the-old-secret-0123")
     assert both.row_id(old.for_row(7)) == 7  # mail sent before the rotation still links
     assert both.for_row(7) != old.for_row(7)  # the first secret signs
+
+
+def test_every_receiver_is_registered_with_its_module_and_event_source() -> None:
+    """One line in RECEIVERS and a module named after it whose from_settings builds the
+    receiver (docs/ADDING_A_PROVIDER.md); the events it makes name their source."""
+    import importlib
+
+    from mailout.models import Provider
+    from mailout.webhooks.settings import RECEIVERS
+
+    for name in RECEIVERS:
+        module = importlib.import_module(f"mailout.webhooks.{name}")
+        assert module.from_settings(WebhookSettings()) is None, name  # off without secrets
+        assert Provider(name).value == name
