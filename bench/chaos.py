@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from tests.support.chaos import ChaosConfig, run_chaos
+from bench.support.chaos import ChaosConfig, run_chaos
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ are drained by one ``mailout worker --until-idle`` process twice on PostgreSQL:
 
 - ``smtp``: into Postfix's ``smtp-sink`` (bench/common.py), as bench/throughput.py does;
 - ``resend``: through ``resend://`` into the Resend fake of the test suite
-  (tests/support/providers/resend.py), a Python ``http.server`` in a thread of this
+  (bench/support/providers/resend.py), a Python ``http.server`` in a thread of this
   process that checks each request, keeps every idempotency key and records each
   delivery. Every send carries its ``Idempotency-Key``.
 
@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 from sqlalchemy import Engine, func, select, text
-from tests.support.providers.resend import FakeResend
 
 from bench.common import (
     TEMPLATE,
@@ -35,6 +34,7 @@ from bench.common import (
     worker_env,
     write_templates,
 )
+from bench.support.providers.resend import FakeResend
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import messages

@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, insert, select
-from tests.support import webhooks as w
 
 from bench.common import free_port, scratch_database
+from bench.support import webhooks as w
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import events, messages

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
-from tests.support import pg_shared
-from tests.support.pg import ensure_system_user
+from bench.support import pg_shared
+from bench.support.pg import ensure_system_user
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # initdb and a server start: seconds
@@ -33,7 +32,7 @@ SHARE = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     import psycopg
-    from tests.support.pg_shared import shared_embedded_server
+    from bench.support.pg_shared import shared_embedded_server
     run, go = sys.argv[1], Path(sys.argv[2])
     with shared_embedded_server(run) as url:
         libpq = url.replace("postgresql+psycopg://", "postgresql://")
@@ -47,7 +46,7 @@ SHARE = textwrap.dedent("""
 USER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tests.support.pg import ensure_system_user
+    from bench.support.pg import ensure_system_user
     name, go = sys.argv[1], Path(sys.argv[2])
     print("ready", flush=True)
     while not go.exists():

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.support.pg import create_database, drop_database
 from sqlalchemy import Engine, text
 
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import metadata
 from tests.support import mysql
-from tests.support.pg import create_database, drop_database
 
 BACKENDS = ["sqlite", "postgresql", "mariadb"]
 

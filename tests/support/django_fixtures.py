@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import worker_env
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.engine import make_url
 
 from mailout import db
 from mailout.db.schema import messages, metadata
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import worker_env
 
 # SQLite and PostgreSQL, and MariaDB when MAILOUT_TEST_MYSQL_URL names a server.
 MARIADB = ("mariadb",) if os.environ.get("MAILOUT_TEST_MYSQL_URL") else ()

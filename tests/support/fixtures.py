@@ -1,8 +1,8 @@
 """Shared pytest fixtures; load with ``pytest_plugins = ["tests.support.fixtures"]``.
 
-* ``pg_server_url`` (session): a PostgreSQL server URL, see :mod:`tests.support.pg`.
+* ``pg_server_url`` (session): a PostgreSQL server URL, see :mod:`bench.support.pg`.
 * ``test_certs`` / ``other_certs`` (session): two unrelated trustme CAs with server
-  contexts, see :mod:`tests.support.tls`.
+  contexts, see :mod:`bench.support.tls`.
 * ``smtp_server``: a plain SMTP test server (no TLS, no AUTH) on a free port.
 * ``tls_smtp_server``: STARTTLS offered and required, cert signed by ``test_certs``.
 * ``auth_smtp_server``: STARTTLS required and AUTH required, as
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.pg import postgres_server_url
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.tls import TestCerts, make_test_certs
 
 from mailout.message.envelope import Envelope
 from mailout.models import Mailbox
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
-from tests.support.pg import postgres_server_url
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.tls import TestCerts, make_test_certs
 
 AUTH_USER = "mailer"
 AUTH_PASSWORD = "s3cret-Pa55word-do-not-log"  # a test credential

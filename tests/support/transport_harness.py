@@ -9,12 +9,21 @@ harness here and join the suite.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote
+
+from bench.common import free_port
+from bench.support.providers.brevo import FakeBrevo
+from bench.support.providers.mailgun import FakeMailgun
+from bench.support.providers.postmark import FakePostmark
+from bench.support.providers.resend import FakeResend
+from bench.support.providers.sendgrid import FakeSendGrid
+from bench.support.providers.server import FakeProvider
+from bench.support.providers.ses import FakeSes
+from bench.support.smtpserver import SmtpTestServer
 
 from mailout.transports import url as transport_url
 from mailout.transports.base import Decision, SendResult, Transport
@@ -24,14 +33,6 @@ from mailout.transports.smtp.client import SmtpTransport
 from mailout.transports.smtp.outcome import Stage
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode
 from tests.support.fixtures import smtp_settings_for
-from tests.support.providers.brevo import FakeBrevo
-from tests.support.providers.mailgun import FakeMailgun
-from tests.support.providers.postmark import FakePostmark
-from tests.support.providers.resend import FakeResend
-from tests.support.providers.sendgrid import FakeSendGrid
-from tests.support.providers.server import FakeProvider
-from tests.support.providers.ses import FakeSes
-from tests.support.smtpserver import SmtpTestServer
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,6 @@ class SmtpHarness:
         with SmtpTestServer() as closed:
             port = closed.port  # free now: nothing listens there once the server stops
         return SmtpTransport(SmtpSettings("127.0.0.1", port, tls=TlsMode.NONE, timeout=3.0))
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound and released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def provider_url(name: str, secret: str, endpoint: str, **query: str) -> str:

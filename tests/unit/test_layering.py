@@ -283,3 +283,17 @@ def test_core_never_imports_an_integration(integration: str) -> None:
             continue
         bad = [dep for dep in _reaches(module) if inside(dep, integration)]
         assert not bad, f"{module} reaches {bad[0]}: core must not import {integration}"
+
+
+def test_the_benchmarks_never_import_the_test_suite() -> None:
+    """``bench/`` runs without ``tests/``: the harnesses both use live in ``bench/support``
+    (or, where they are public, in ``mailout.testing``)."""
+    bench = SRC.parent / "bench"
+    offenders = []
+    for path in sorted(bench.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(bench.parent)}: {n}" for n in names
+                          if n == "tests" or n.startswith("tests.")]
+    assert offenders == []

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.tls import TestCerts
+from bench.support.workers import worker_env
 from sqlalchemy import Engine, Float, bindparam, update
 
 from mailout import db
@@ -24,9 +27,6 @@ from mailout.db import operator, purging
 from mailout.db.schema import db_now_plus, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.fixtures import AUTH_USER
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.tls import TestCerts
-from tests.support.workers import worker_env
 
 MAILOUT = str(Path(sys.executable).parent / "mailout")
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -10,13 +10,13 @@ from email.policy import strict
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import worker_env
 from sqlalchemy import Float, bindparam, func, select, update
 
 from mailout import db
 from mailout.db.schema import attachments, db_now_plus, messages
 from tests.acceptance.cli.test_main import mailout, mailout_json
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import worker_env
 
 pytestmark = pytest.mark.slow  # the mailout executable, run many times over
 

@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import worker_env
 
 from tests.acceptance.cli.test_main import MAILOUT, clean_env, mailout
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import worker_env
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:

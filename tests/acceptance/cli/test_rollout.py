@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import worker_env
 from sqlalchemy import func, select, update
 
 from mailout import db
@@ -18,8 +20,6 @@ from mailout.db import migrate
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.acceptance.cli.test_main import MAILOUT, clean_env, mailout, mailout_json
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import worker_env
 
 pytestmark = pytest.mark.slow  # the mailout executable and worker processes
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import worker_env
 from sqlalchemy import update
 
 from mailout import db
@@ -18,8 +20,6 @@ from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.outcome import Stage
 from tests.acceptance.cli.test_main import mailout
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import worker_env
 
 pytestmark = pytest.mark.slow  # the mailout executable, run many times over
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import spawn_worker, worker_env
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -25,7 +27,6 @@ from mailout import db
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.outcome import Stage
-from tests.support.smtpserver import SmtpTestServer
 from tests.support.webconsole import (
     ADMIN_TOKEN,
     EXAMPLES,
@@ -37,7 +38,6 @@ from tests.support.webconsole import (
     screenshot,
     serve_console,
 )
-from tests.support.workers import spawn_worker, worker_env
 
 ENQUEUE = EnqueueSettings(message_id_domain="shop.example.com", templates_dir=EXAMPLES)
 ORDER = {"customer_name": "Alice", "order_id": 1001, "currency": "EUR", "total": 49.0,

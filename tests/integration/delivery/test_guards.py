@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 from sqlalchemy import Engine, insert, select, update
 
 from mailout.db import pauses
@@ -13,8 +15,6 @@ from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.support import app_checks
 from tests.support.app_checks import app, campaigns, users
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 
 CHECKS = "tests.support.app_checks:checks"
 # How long a worker process may take to start and do its work: reached only when

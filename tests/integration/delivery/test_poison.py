@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for
 from sqlalchemy import Engine, func, select
 
 from mailout import db
@@ -27,8 +29,6 @@ from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage, Outcome, Status
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.memory import MemoryTransport
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import run_until_idle, settings_for
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 # A template that recurses through a param until Python's recursion limit.

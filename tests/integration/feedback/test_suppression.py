@@ -15,14 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.support import webhooks as w
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for
 from sqlalchemy import Engine, select
 
 from mailout.db import delivery_events, suppressions
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
-from tests.support import webhooks as w
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import run_until_idle, settings_for
 
 MAILOUT = str(Path(sys.executable).parent / "mailout")
 CFG = EnqueueSettings(message_id_domain="shop.example")

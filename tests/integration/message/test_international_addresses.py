@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for
 from sqlalchemy import select, update
 
 from mailout import db
 from mailout.db.schema import attempts, messages
 from mailout.exceptions import InvalidMessage
 from mailout.outbox import EnqueueSettings, enqueue
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import run_until_idle, settings_for
 
 SETTINGS = EnqueueSettings(message_id_domain="example.com")
 

@@ -13,14 +13,14 @@ from email.policy import strict
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for
 from sqlalchemy import Engine, select
 
 from mailout import Attachment, Mailbox
 from mailout.db.schema import attempt_recipients, attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
-from tests.support.smtpserver import SmtpTestServer
 from tests.support.timetravel import make_due
-from tests.support.workers import run_until_idle, settings_for
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 PDF = b"%PDF-1.7\n" + os.urandom(50_000) + b"\n%%EOF\n"

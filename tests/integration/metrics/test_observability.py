@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text, update
 
@@ -34,8 +36,6 @@ from mailout.worker.build import build_worker
 from mailout.worker.config import Settings
 from mailout.worker.runtime import Worker
 from tests.support.fixtures import AUTH_USER
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="obs.example.com")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import settings_for, worker_env
 from sqlalchemy import select
 
 from mailout import db
@@ -20,8 +22,6 @@ from mailout.db.schema import messages
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker.build import build_worker
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import settings_for, worker_env
 
 IDLE_SOCKETS = 300
 FD_LIMIT = 160  # well under IDLE_SOCKETS: one thread and descriptor each would run out

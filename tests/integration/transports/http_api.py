@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 
+from bench.support.providers.server import FakeProvider
+
 from mailout.transports.base import SendResult
 from tests.support.envelopes import full_envelope
-from tests.support.providers.server import FakeProvider
 from tests.support.transport_harness import build, provider_url
 
 

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+from bench.support.providers.brevo import FakeBrevo
+from bench.support.providers.server import Reply
 
 from mailout.message.envelope import Envelope
 from mailout.transports.base import Decision
 from mailout.transports.brevo import key_uuid
 from tests.integration.transports.http_api import b64, send_full
 from tests.support.envelopes import PDF, full_envelope
-from tests.support.providers.brevo import FakeBrevo
-from tests.support.providers.server import Reply
 from tests.support.transport_harness import build, provider_url
 
 

@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 from email.parser import BytesParser
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
 
 from mailout.message.envelope import Envelope
 from mailout.message.render import Renderer
 from mailout.models import ClaimedMessage
 from mailout.transports.base import Decision, SendResult
-from tests.support.smtpserver import SmtpTestServer
 from tests.support.transport_harness import FAKES, Harness, harness
 
 # Every HTTP API provider with a fake (transport_harness.FAKES) joins by being there.

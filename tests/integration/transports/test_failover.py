@@ -12,6 +12,10 @@ import asyncio
 import time
 from typing import Any
 
+from bench.support.providers.postmark import FakePostmark
+from bench.support.providers.resend import FakeResend
+from bench.support.providers.resend import error as resend_error
+from bench.support.workers import MAIL_FROM, run_until_idle
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import attempts, messages
@@ -19,11 +23,7 @@ from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.multi import MultiTransport
 from mailout.worker import config
 from mailout.worker.build import build_worker
-from tests.support.providers.postmark import FakePostmark
-from tests.support.providers.resend import FakeResend
-from tests.support.providers.resend import error as resend_error
 from tests.support.transport_harness import provider_url
-from tests.support.workers import MAIL_FROM, run_until_idle
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
 UNAUTHORIZED = resend_error(401, "missing_api_key", "Missing API key")

@@ -11,11 +11,11 @@ import base64
 from collections.abc import Iterator
 
 import pytest
+from bench.support.providers.postmark import FakePostmark
+from bench.support.providers.server import Reply
 
 from mailout.transports.base import Decision
 from tests.support.envelopes import PDF, PNG, full_envelope
-from tests.support.providers.postmark import FakePostmark
-from tests.support.providers.server import Reply
 from tests.support.transport_harness import build, provider_url
 
 

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+from bench.support.providers.resend import FakeResend
+from bench.support.providers.resend import error as resend_error
+from bench.support.providers.server import Reply
 
 from mailout.transports.base import Decision
 from tests.support.envelopes import PDF, PNG, full_envelope
-from tests.support.providers.resend import FakeResend
-from tests.support.providers.resend import error as resend_error
-from tests.support.providers.server import Reply
 from tests.support.transport_harness import build, provider_url
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from bench.support.providers.sendgrid import FakeSendGrid
+from bench.support.providers.server import Reply
 
 from mailout.transports.base import Decision
 from tests.integration.transports.http_api import b64, send_full
 from tests.support.envelopes import PDF, PNG
-from tests.support.providers.sendgrid import FakeSendGrid
-from tests.support.providers.server import Reply
 
 
 @pytest.fixture

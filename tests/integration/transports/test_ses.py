@@ -12,12 +12,12 @@ import email.policy
 from collections.abc import Iterator
 
 import pytest
+from bench.support.providers.server import Reply
+from bench.support.providers.ses import FakeSes
 
 from mailout.transports.base import Decision
 from tests.integration.transports.http_api import send_full
 from tests.support.envelopes import PDF, full_envelope
-from tests.support.providers.server import Reply
-from tests.support.providers.ses import FakeSes
 from tests.support.transport_harness import build, provider_url
 
 

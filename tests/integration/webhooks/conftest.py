@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from bench.support import webhooks as w
+from bench.support.tls import TestCerts
 from sqlalchemy import Engine
 
 from mailout.webhooks.app import create_app
 from mailout.webhooks.handler import WebhookHandler
 from tests.integration.webhooks.receiving import Hook, settings_for
-from tests.support import webhooks as w
-from tests.support.tls import TestCerts
 
 
 @pytest.fixture(scope="module")

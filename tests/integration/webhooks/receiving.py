@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from bench.support import webhooks as w
+from bench.support.tls import TestCerts
 from sqlalchemy import Engine, func, select, update
 
 from mailout.db import delivery_events
@@ -22,8 +24,6 @@ from mailout.outbox import EnqueueSettings, enqueue
 from mailout.webhooks.handler import WebhookHandler
 from mailout.webhooks.settings import WebhookSettings, svix_secret
 from tests.integration.webhooks.cases import Built, Case
-from tests.support import webhooks as w
-from tests.support.tls import TestCerts
 
 
 def settings_for(sendgrid_keys: w.SendgridKeys, cert_server: w.CertServer,

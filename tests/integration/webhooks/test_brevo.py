@@ -6,10 +6,10 @@ import json
 import time
 
 import pytest
+from bench.support import webhooks as w
 
 from tests.integration.webhooks.cases import Built, Case
 from tests.integration.webhooks.receiving import ReceiverContract
-from tests.support import webhooks as w
 
 
 def _brevo_bounce(rcpt: str, pid: str, mid: str) -> Built:

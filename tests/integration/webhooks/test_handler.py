@@ -12,12 +12,12 @@ import json
 import uuid
 from pathlib import Path
 
+from bench.support import webhooks as w
 from sqlalchemy import Engine
 
 from mailout.db import delivery_events
 from tests.integration.webhooks.receiving import Hook, sent_row, stored, suppressed
 from tests.integration.webhooks.test_resend import RESEND
-from tests.support import webhooks as w
 
 
 def test_an_event_that_matches_no_row_is_kept_and_counted(hook: Hook) -> None:

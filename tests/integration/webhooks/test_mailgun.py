@@ -8,10 +8,10 @@ import uuid
 from typing import Any
 
 import pytest
+from bench.support import webhooks as w
 
 from tests.integration.webhooks.cases import Built, Case
 from tests.integration.webhooks.receiving import TimedReceiverContract
-from tests.support import webhooks as w
 
 
 def _mailgun_data(rcpt: str, mid: str) -> dict[str, Any]:

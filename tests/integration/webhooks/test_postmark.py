@@ -7,10 +7,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from bench.support import webhooks as w
 
 from tests.integration.webhooks.cases import Built, Case
 from tests.integration.webhooks.receiving import ReceiverContract
-from tests.support import webhooks as w
 
 
 def _postmark_bounce(rcpt: str, pid: str, mid: str) -> Built:

@@ -6,10 +6,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from bench.support import webhooks as w
 
 from tests.integration.webhooks.cases import Built, Case, tamper
 from tests.integration.webhooks.receiving import TimedReceiverContract
-from tests.support import webhooks as w
 
 
 def _resend_bounce(rcpt: str, pid: str, mid: str, at: datetime | None = None,

@@ -7,10 +7,10 @@ import time
 import uuid
 
 import pytest
+from bench.support import webhooks as w
 
 from tests.integration.webhooks.cases import Built, Case, tamper
 from tests.integration.webhooks.receiving import TimedReceiverContract
-from tests.support import webhooks as w
 
 
 def sendgrid_case(keys: w.SendgridKeys) -> Case:

@@ -7,10 +7,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from bench.support import webhooks as w
 
 from tests.integration.webhooks.cases import Built, Case
 from tests.integration.webhooks.receiving import Hook, TimedReceiverContract, stored
-from tests.support import webhooks as w
 
 
 def ses_case(signer: w.SnsSigner, origin: str) -> Case:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.support.chaos import ChaosConfig, run_chaos
+from bench.support.chaos import ChaosConfig, run_chaos
 
 
 @pytest.mark.slow

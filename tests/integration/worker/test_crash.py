@@ -16,15 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import ReceivedMessage, SmtpTestServer
+from bench.support.workers import spawn_worker, worker_env
 from sqlalchemy import Connection, Engine, func, select
 
 from mailout import db
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from tests.support.locks import wait_for_lock_waiter
-from tests.support.smtpserver import ReceivedMessage, SmtpTestServer
 from tests.support.timetravel import expire_leases
-from tests.support.workers import spawn_worker, worker_env
 
 pytestmark = pytest.mark.slow  # worker processes, SIGKILLed and restarted
 

@@ -19,6 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from bench.support.providers.postmark import FakePostmark
+from bench.support.providers.resend import FakeResend
+from bench.support.providers.server import Delivery, FakeProvider
+from bench.support.workers import MAIL_FROM, spawn_worker
 from sqlalchemy import Engine, select
 
 from mailout.db.schema import attempts
@@ -31,12 +35,8 @@ from tests.integration.worker.test_crash import (
     row_locked,
     wait_until_blocked,
 )
-from tests.support.providers.postmark import FakePostmark
-from tests.support.providers.resend import FakeResend
-from tests.support.providers.server import Delivery, FakeProvider
 from tests.support.timetravel import expire_leases, make_due
 from tests.support.transport_harness import provider_url
-from tests.support.workers import MAIL_FROM, spawn_worker
 
 pytestmark = pytest.mark.slow  # worker processes, SIGKILLed and restarted
 

@@ -7,15 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.support.pg import EmbeddedPostgres, create_database
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import spawn_worker, worker_env
 from sqlalchemy import func, select
 
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
-from tests.support.pg import EmbeddedPostgres, create_database
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import spawn_worker, worker_env
 
 pytestmark = pytest.mark.slow  # a private PostgreSQL stopped and started
 

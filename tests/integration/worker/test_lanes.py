@@ -6,13 +6,13 @@ import asyncio
 import time
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import settings_for
 from sqlalchemy import Engine, func, select, text
 
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker.build import build_worker
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import settings_for
 
 SETTINGS = EnqueueSettings(message_id_domain="lanes.example.com")
 BULK_REPLY = 30.0  # seconds a bulk message's 250 takes in the overtaking test

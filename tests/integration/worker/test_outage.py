@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.tls import TestCerts
+from bench.support.workers import settings_for, spawn_worker, worker_env
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import attempts, messages
@@ -32,9 +35,6 @@ from mailout.transports.smtp.client import SmtpTransport
 from mailout.transports.smtp.settings import TlsMode
 from mailout.worker.build import build_worker
 from tests.support.fixtures import raw_envelope, smtp_settings_for
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.tls import TestCerts
-from tests.support.workers import settings_for, spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com",
                            queue_max_age={"short": 1.5})

@@ -20,13 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import worker_env
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.transports.smtp.outcome import Stage
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.workers import worker_env
 
 ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = EnqueueSettings(message_id_domain="side.example.com")

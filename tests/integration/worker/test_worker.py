@@ -10,6 +10,8 @@ from email import message_from_bytes
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 from sqlalchemy import Engine, func, select, update
 
 from mailout import db
@@ -18,9 +20,7 @@ from mailout.delivery.policy import backoff_bounds
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.support.alerts import Alert
 from mailout.worker.build import build_worker
-from tests.support.smtpserver import SmtpTestServer
 from tests.support.timetravel import make_due
-from tests.support.workers import run_until_idle, settings_for, spawn_worker, worker_env
 
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
 

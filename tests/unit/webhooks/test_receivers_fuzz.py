@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from bench.support import webhooks as w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from svix.webhooks import Webhook
@@ -22,7 +23,6 @@ from mailout.webhooks.postmark import PostmarkReceiver
 from mailout.webhooks.resend import ResendReceiver
 from mailout.webhooks.sendgrid import SendgridReceiver
 from mailout.webhooks.settings import svix_secret
-from tests.support import webhooks as w
 
 KEYS = w.SendgridKeys()
 SCALARS = st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(

@@ -13,6 +13,7 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage as ParsedMessage
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
 from django.core.mail import EmailMultiAlternatives
 from django.core.management import CommandError, call_command
 from django.db import transaction
@@ -20,7 +21,6 @@ from sqlalchemy import Engine
 
 from tests.djangoproject.shop.models import Order
 from tests.support.django_fixtures import DATABASES, manage_py
-from tests.support.smtpserver import SmtpTestServer
 
 pytestmark = pytest.mark.django_db(databases=list(DATABASES), transaction=True)
 

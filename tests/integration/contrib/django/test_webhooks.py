@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+from bench.support import webhooks as w
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import events
 from mailout.webhooks.handler import WebhookHandler
 from mailout.webhooks.settings import WebhookSettings, svix_secret
-from tests.support import webhooks as w
 
 
 class _Quiet(WSGIRequestHandler):

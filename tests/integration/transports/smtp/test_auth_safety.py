@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.workers import run_until_idle
 from sqlalchemy import select
 
 from mailout import db
@@ -35,7 +36,6 @@ from mailout.transports.smtp.settings import (
 from mailout.transports.smtp.settings import from_env as smtp_from_env
 from mailout.worker import config
 from tests.support.envelopes import full_envelope
-from tests.support.workers import run_until_idle
 
 SECRET_ECHO = "dXNlcjpodW50ZXIy"  # what a careless server echoes back: base64 of user:pass
 

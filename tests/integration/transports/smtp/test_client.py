@@ -1,4 +1,4 @@
-"""SmtpTransport against a real SMTP server over TCP (tests.support.smtpserver)."""
+"""SmtpTransport against a real SMTP server over TCP (bench.support.smtpserver)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 from email.utils import make_msgid
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
+from bench.support.tls import TestCerts
 
 from mailout.message.envelope import Envelope
 from mailout.transports.smtp import codes as smtpcodes
@@ -17,8 +19,6 @@ from mailout.transports.smtp.client import SmtpTransport, check_connection
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply
 from mailout.transports.smtp.settings import SmtpSettings, TlsMode, default_tls_mode
 from tests.support.fixtures import AUTH_PASSWORD, AUTH_USER, raw_envelope, smtp_settings_for
-from tests.support.smtpserver import SmtpTestServer
-from tests.support.tls import TestCerts
 
 SENDER = "sender@mailout.test"
 

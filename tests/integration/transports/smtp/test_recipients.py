@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator, Iterator
 from email.utils import make_msgid
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
 
 from mailout.message.envelope import Envelope
 from mailout.transports.base import Decision, RecipientResult
 from mailout.transports.smtp.client import SmtpTransport
 from tests.support.fixtures import raw_envelope, smtp_settings_for
-from tests.support.smtpserver import SmtpTestServer
 
 SENDER = "sender@mailout.test"
 

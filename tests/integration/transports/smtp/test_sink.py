@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from bench.common import smtp_sink
+from bench.support.workers import spawn_worker
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, Message, enqueue_many
-from tests.support.workers import spawn_worker
 
 pytestmark = pytest.mark.skipif(
     shutil.which("smtp-sink") is None and not Path("/usr/sbin/smtp-sink").exists(),

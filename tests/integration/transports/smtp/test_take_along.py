@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from email.utils import make_msgid
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
 
 from mailout.message.envelope import Envelope
 from mailout.transports.smtp import codes as smtpcodes
 from mailout.transports.smtp.client import SmtpTransport
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage
 from tests.support.fixtures import raw_envelope, smtp_settings_for
-from tests.support.smtpserver import SmtpTestServer
 
 SENDER = "sender@mailout.test"
 

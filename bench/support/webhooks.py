@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import socket
 import ssl
 import threading
 import time
@@ -40,7 +39,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 from svix.webhooks import Webhook
 
-from tests.support.tls import TestCerts
+from bench.common import free_port
+from bench.support.tls import TestCerts
 
 RESEND_SECRET = "whsec_" + base64.b64encode(b"mailout-test-signing-secret-0001").decode()
 POSTMARK_AUTH = "postmark:hook-password-1"
@@ -48,12 +48,6 @@ BREVO_AUTH = "brevo:hook-password-2"
 BREVO_TOKEN = "brevo-bearer-token-0123456789"
 MAILGUN_KEY = "key-mailgun-signing-0123456789abcdef"
 SES_TOPIC = "arn:aws:sns:eu-west-1:123456789012:ses-events"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def post(url: str, body: bytes | str, headers: Mapping[str, str] | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from urllib.parse import parse_qsl
 
-from tests.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
+from bench.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
 
 FIELDS = {"from", "to", "cc", "bcc", "subject", "text", "html", "amp-html", "template",
           "o:tag", "o:testmode", "o:tracking", "recipient-variables"}

@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench.support.smtpserver import SmtpTestServer
 from mailout.support.alerts import Alert
 from mailout.worker import config
 from mailout.worker.build import build_worker
 from mailout.worker.config import Settings
 from mailout.worker.runtime import Worker
-from tests.support.smtpserver import SmtpTestServer
 
 MAIL_FROM = "Shop <shop@example.com>"
 

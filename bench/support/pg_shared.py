@@ -1,7 +1,7 @@
 """One embedded PostgreSQL server per test run, shared by the run's processes.
 
 Without ``MAILOUT_TEST_POSTGRES_URL`` the tests start a server of their own
-(:class:`tests.support.pg.EmbeddedPostgres`). Under pytest-xdist each worker is a
+(:class:`bench.support.pg.EmbeddedPostgres`). Under pytest-xdist each worker is a
 process with its own session fixtures, so a server per session would mean four
 ``initdb`` runs racing each other, and four servers, for one run. Instead the run's
 processes share one, through a registry file under one machine-wide lock:
@@ -30,7 +30,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from tests.support.pg import EmbeddedPostgres, file_lock
+from bench.support.pg import EmbeddedPostgres, file_lock
 
 RUN_ID_VAR = "PYTEST_XDIST_TESTRUNUID"
 # Per user: a server started by root runs as another user, and only its starter may stop it.

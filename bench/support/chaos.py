@@ -18,14 +18,14 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from bench.support.pg import EmbeddedPostgres, create_database
+from bench.support.smtpserver import Fault, SmtpTestServer
+from bench.support.workers import spawn_worker, worker_env
 from mailout import db
 from mailout.db import migrate
 from mailout.db.schema import attempts, messages
 from mailout.outbox import EnqueueSettings, Message, enqueue_many
 from mailout.transports.smtp.outcome import Stage
-from tests.support.pg import EmbeddedPostgres, create_database
-from tests.support.smtpserver import Fault, SmtpTestServer
-from tests.support.workers import spawn_worker, worker_env
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.server import ThreadedMotoServer
 from moto.ses.models import ses_backends
 
-from tests.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
+from bench.common import free_port
+from bench.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
 
 ACCESS_KEY = "AKIDEXAMPLE"
 REGION = "us-east-1"
@@ -46,8 +47,6 @@ class MotoSes:
     @classmethod
     def start(cls) -> int:
         if cls._server is None:
-            from tests.support.transport_harness import free_port
-
             cls.port = free_port()
             cls._server = ThreadedMotoServer(ip_address="127.0.0.1", port=cls.port,
                                              verbose=False)

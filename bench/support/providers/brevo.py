@@ -14,7 +14,7 @@ import binascii
 import time
 import uuid
 
-from tests.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
+from bench.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
 
 FIELDS = {"sender", "to", "cc", "bcc", "replyTo", "subject", "htmlContent", "textContent",
           "headers", "attachment", "templateId", "params", "tags", "scheduledAt",

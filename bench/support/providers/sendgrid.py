@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from tests.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
+from bench.support.providers.server import DROP, Delivery, FakeProvider, Reply, Request
 
 FIELDS = {"personalizations", "from", "reply_to", "reply_to_list", "subject", "content",
           "attachments", "template_id", "headers", "categories", "custom_args", "send_at",
