@@ -163,7 +163,9 @@ def run_chaos(cfg: ChaosConfig, logs: Path, progress: bool = False) -> ChaosRepo
         while True:
             now = time.monotonic() - begun
             if now > cfg.max_seconds:
-                report.problems.append(f"not finished after {cfg.max_seconds:.0f} s")
+                report.problems.append(f"not finished after {cfg.max_seconds:.0f} s; the "
+                                       "workers' last lines: " + " | ".join(
+                                           _last_line(log_of[p.pid]) for p in procs))
                 break
             if not outage_done and now >= cfg.outage_at:
                 server.stop_listening()
@@ -175,6 +177,13 @@ def run_chaos(cfg: ChaosConfig, logs: Path, progress: bool = False) -> ChaosRepo
                 pg.restart()
                 report.pg_restarts += 1
                 restart_done = True
+            # A worker that exited on its own (not one of our kills) is a finding; it is
+            # started again, as its supervisor (systemd, --processes) would.
+            for p in [p for p in procs if p.poll() is not None]:
+                report.problems.append(f"a worker exited with {p.returncode}: "
+                                       f"{_last_line(log_of[p.pid])}")
+                procs.remove(p)
+                spawn()
             # Only a worker that has started (said so in its log) is killed: on a
             # loaded machine a new process can take longer to start than kill_every.
             working = [p for p in procs if "started:" in log_of[p.pid].read_text()]
@@ -207,6 +216,11 @@ def run_chaos(cfg: ChaosConfig, logs: Path, progress: bool = False) -> ChaosRepo
         pg.stop()
     report.seconds = time.monotonic() - started
     return report
+
+
+def _last_line(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return lines[-1][-300:] if lines else "(nothing logged)"
 
 
 def _fill(url: str, n: int) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 
 from mailout import db
 from mailout.db import dialects, migrate
@@ -32,6 +34,11 @@ log = logging.getLogger(__name__)
 
 NO_NOTIFY_POLL = 0.2  # no NOTIFY to wake workers (SQLite, MySQL): poll more often
 NOTIFY_POLL = 1.0  # NOTIFY wakes workers at once; polling is only the safety net
+# How long a starting worker waits for a database it cannot reach (restarting, failing
+# over, not up yet beside it in a deployment) before it gives up and exits.
+STARTUP_WAIT_SECONDS = 60.0
+STARTUP_RETRY_FIRST = 0.5  # seconds before the first new try; doubles up to the cap
+STARTUP_RETRY_CAP = 5.0
 
 
 def build_worker(
@@ -50,7 +57,7 @@ def build_worker(
     the single default lane when no MAILOUT_LANES is set.
     """
     engine = engine or db.make_engine(settings.database_url)
-    migrate.require_schema(engine)
+    wait_for_database(engine)
     assert settings.mail_from is not None  # config.load refuses a missing MAIL_FROM
     policies = settings.policies()
     name = worker_name()
@@ -125,6 +132,30 @@ def _guards(settings: Settings) -> Guards:
                     "are cancelled ***", allowed,
                     extra={"event": "allow_domains_set", "allow_domains": allowed})
     return guards
+
+
+def wait_for_database(engine: Engine, budget: float = STARTUP_WAIT_SECONDS) -> None:
+    """Check the schema, waiting up to ``budget`` seconds for a database that cannot be
+    reached. A running worker rides out a database outage; one that starts during the
+    outage waits for it too, rather than exit and leave the queue to nobody until a
+    supervisor tries again. A missing schema is not waited for (SchemaMissing at once).
+    """
+    deadline = time.monotonic() + budget
+    delay = STARTUP_RETRY_FIRST
+    while True:
+        try:
+            migrate.require_schema(engine)
+            return
+        except OperationalError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            # The error's type only: its text names the host and maybe the user.
+            log.warning("database not reachable at startup (%s); trying again in %.1fs, "
+                        "giving up in %.0fs", type(exc.orig).__name__, min(delay, left), left,
+                        extra={"event": "startup_db_wait", "error": type(exc.orig).__name__})
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, STARTUP_RETRY_CAP)
 
 
 def run_worker(

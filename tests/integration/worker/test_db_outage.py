@@ -79,3 +79,37 @@ def test_completions_wait_for_the_database_and_nothing_is_resent(
     assert logged == n
     received = [m.message_id for m in smtp_server.messages]
     assert len(received) == len(set(received)) == n
+
+
+def test_a_worker_started_while_the_database_is_down_waits_for_it_and_sends(
+    own_postgres: EmbeddedPostgres, smtp_server: SmtpTestServer, tmp_path: Path
+) -> None:
+    # A deployment restarting PostgreSQL and the workers together: a worker that starts
+    # first must wait, not exit and leave the queue to nobody.
+    assert own_postgres.url is not None
+    url = create_database(own_postgres.url)
+    engine = db.make_engine(url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        enqueue(conn, to="late@example.com", subject="Hi", text="x", key="late-1",
+                settings=EnqueueSettings(message_id_domain="x.example.com"))
+    engine.dispose()
+    own_postgres.halt()
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(worker_env(url, smtp_server), "--until-idle", log=log)
+    try:
+        deadline = time.monotonic() + 60
+        while "database not reachable at startup" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            assert worker.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.05)
+        own_postgres.resume()
+        assert worker.wait(90) == 0, log.read_text()[-2000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    [received] = smtp_server.wait_for_messages(1, timeout=10)
+    assert received.rcpt_tos == ("late@example.com",)
+    waits = [line for line in log.read_text().splitlines() if "at startup" in line]
+    assert waits
+    assert all("127.0.0.1" not in line for line in waits)  # the error's type only
