@@ -30,6 +30,9 @@ class Observer(Protocol):
     def outage(self, reason: str | None) -> None:
         """A transport outage started for ``reason``, or ended (None)."""
 
+    def member(self, transport: str, member: str, state: str, reason: str | None) -> None:
+        """A failover member's state (``up``, ``down``), and why it is down."""
+
     def tick(self) -> None:
         """A lane loop went round: the worker is alive."""
 
@@ -50,6 +53,9 @@ class NullObserver:
         return None
 
     def outage(self, reason: str | None) -> None:
+        return None
+
+    def member(self, transport: str, member: str, state: str, reason: str | None) -> None:
         return None
 
     def tick(self) -> None:

@@ -52,7 +52,8 @@ LIVE_MIN_SECONDS = 10.0
 METRIC_NAMES = frozenset({
     "mailout_sends", "mailout_attempt_duration_seconds", "mailout_delivery_latency_seconds",
     "mailout_transport_paused", "mailout_transport_outage",
-    "mailout_transport_outage_seconds", "mailout_lease_reclaims", "mailout_database_up",
+    "mailout_transport_outage_seconds", "mailout_transport_member_state",
+    "mailout_lease_reclaims", "mailout_database_up",
     "mailout_worker_last_tick_timestamp_seconds", "mailout_worker", "mailout_scrape_errors",
     "mailout_queue_messages", "mailout_queue_due_messages",
     "mailout_queue_oldest_due_age_seconds", "mailout_alert_deliveries",
@@ -96,6 +97,11 @@ class PrometheusObserver:
         self.outage_gauge.labels("").set(0)
         Gauge("mailout_transport_outage_seconds", "How long the current transport outage has "
               "lasted; 0 when there is none.", registry=r).set_function(self._outage_seconds)
+        self.member_gauge = Gauge(
+            "mailout_transport_member_state", "1 for the state a failover or roundrobin "
+            "member is in (state: up or down; reason: why it is down).",
+            ["transport", "member", "state", "reason"], registry=r)
+        self._member_labels: dict[tuple[str, str], tuple[str, str, str, str]] = {}
         Gauge("mailout_database_up", "1 if the worker's last database call succeeded.",
               registry=r).set_function(lambda: float(bool(self.database_ok)))
         Gauge("mailout_worker_last_tick_timestamp_seconds",
@@ -148,6 +154,15 @@ class PrometheusObserver:
         self.outage_gauge.clear()
         self.outage_gauge.labels(reason or "").set(0 if reason is None else 1)
         self.outage_since = None if reason is None else time.monotonic()
+
+    def member(self, transport: str, member: str, state: str, reason: str | None) -> None:
+        # One series per member: the one for its previous state (or reason) goes.
+        labels = (transport, member, state, reason or "")
+        previous = self._member_labels.get((transport, member))
+        if previous is not None and previous != labels:
+            self.member_gauge.remove(*previous)
+        self._member_labels[(transport, member)] = labels
+        self.member_gauge.labels(*labels).set(1)
 
     def _outage_seconds(self) -> float:
         since = self.outage_since

@@ -2,28 +2,24 @@
 
 ``failover`` sends through the first member that is up; ``roundrobin`` takes turns
 among the members that are up. A member that answers ``PAUSE`` (a configuration
-error: bad credentials, a 401) or ``OUTAGE`` (unreachable) is marked down for a while
-that doubles on each consecutive failure, up to a cap, and the *same* message goes on
-to the next member at once: nothing was delivered by the first, so nothing can be
-doubled. A refusal of one message (``FAILED``), a rate limit (``RETRY``) or an
-``UNKNOWN`` outcome is returned as it is: failover is about transports, not about
-one message, and a message that may have been accepted by A must never be sent
-through B on the transport's own initiative. When every member is down, the one
-that comes back soonest is tried (a probe), and its answer is returned, so the
-worker's own breaker paces further sends.
+error: bad credentials, a 401) or ``OUTAGE`` (unreachable) is marked down
+(:mod:`mailout.transports.members`: for a while that doubles per failed probe, up to
+a cap), and the *same* message goes on to the next member at once: nothing was
+delivered by the first, so nothing can be doubled. A refusal of one message
+(``FAILED``), a rate limit (``RETRY``) or an ``UNKNOWN`` outcome is returned as it
+is: failover is about transports, not about one message, and a message that may
+have been accepted by A must never be sent through B on the transport's own
+initiative. When every member is down, the one that comes back soonest is tried,
+and its answer is returned, so the worker's own breaker paces further sends.
 
 Each result names the member that answered (``SendResult.transport``), for the
 attempt log and the metrics. :meth:`MultiTransport.route` pins a send to the member
-that had an earlier unknown attempt (see ``mailout.delivery.attempt``).
-
-Member health lives in each transport instance (one per lane): it is about *this*
-process reaching *that* provider.
+that had an earlier unknown attempt (see ``mailout.delivery.after_unknown``).
 """
 
 from __future__ import annotations
 
 import enum
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -32,13 +28,13 @@ from typing import Final
 from mailout.exceptions import ConfigError
 from mailout.message.envelope import Envelope
 from mailout.transports.base import CheckResult, Decision, SendResult, Transport
+from mailout.transports.members import Listener, Members, State
 from mailout.transports.spec import KEEP_HEADER, TransportSpec
-
-log = logging.getLogger(__name__)
 
 DOWN_SECONDS: Final = 30.0  # a member that failed is skipped this long at first
 DOWN_CAP: Final = 600.0  # and never longer than this
 SETTING: Final = "MAILOUT_TRANSPORT"
+_DOWN = (Decision.PAUSE, Decision.OUTAGE)
 
 
 class Mode(enum.StrEnum):
@@ -48,12 +44,10 @@ class Mode(enum.StrEnum):
     ROUNDROBIN = "roundrobin"  # the next member that is up, in turn
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Member:
     label: str  # unique among the members: "resend", "smtp", "smtp#2"
     transport: Transport
-    down_until: float = 0.0
-    backoff: float = 0.0
 
 
 class MultiTransport:
@@ -69,20 +63,32 @@ class MultiTransport:
         self.mode = mode
         self.name = mode.value
         self._members = [_Member(label, t) for label, t in members]
-        self._down_seconds = down_seconds
-        self._down_cap = down_cap
-        self._clock = clock
+        self.health = Members(self.name, self.labels, down_seconds=down_seconds,
+                              down_cap=down_cap, clock=clock)
         self._turn = 0
 
     def pace(self, down_seconds: float, down_cap: float) -> None:
-        """Skip a failed member this long at first, doubling up to ``down_cap`` (the
-        worker passes its MAILOUT_PAUSE_SECONDS and MAILOUT_PAUSE_CAP_SECONDS)."""
-        self._down_seconds = down_seconds
-        self._down_cap = down_cap
+        """Skip a failed member this long at first, doubling per failed probe up to
+        ``down_cap`` (the worker passes MAILOUT_PAUSE_SECONDS and _PAUSE_CAP_SECONDS)."""
+        self.health.pace(down_seconds, down_cap)
+
+    def share_health(self, other: MultiTransport) -> None:
+        """See the members as ``other`` does: the lanes of one worker (a transport
+        each) share one view, so a member goes down (and is reported) once."""
+        if other.labels != self.labels:
+            raise ValueError("only a multi-transport over the same members shares health")
+        self.health = other.health
+
+    def watch(self, listener: Listener) -> None:
+        """Call ``listener`` when a member goes down, fails a probe or comes back."""
+        self.health.listener = listener
 
     @property
     def labels(self) -> tuple[str, ...]:
         return tuple(m.label for m in self._members)
+
+    def states(self) -> dict[str, State]:
+        return self.health.states()
 
     def window_of(self, label: str) -> float | None:
         """The dedupe window of the member called ``label`` (None: it has none)."""
@@ -90,7 +96,7 @@ class MultiTransport:
                     None)
 
     def is_up(self, label: str) -> bool:
-        return any(m.label == label and m.down_until <= self._clock() for m in self._members)
+        return label in self.labels and self.health.is_up(label)
 
     def route(self, label: str, *, only: bool) -> Transport:
         """A view that sends through ``label`` first; with ``only``, through nothing else."""
@@ -110,54 +116,56 @@ class MultiTransport:
             await m.transport.close()
 
     def _order(self, prefer: str | None = None) -> list[_Member]:
-        now = self._clock()
-        up = [m for m in self._members if m.down_until <= now]
+        up = [m for m in self._members if self.health.available(m.label)]
         if self.mode is Mode.ROUNDROBIN and up:
             start = self._turn % len(up)
             self._turn += 1
             up = up[start:] + up[:start]
         if prefer is not None:
             up.sort(key=lambda m: m.label != prefer)  # stable: the rest keep their order
-        if not up:  # all down: probe the one that comes back first
-            up = [min(self._members, key=lambda m: m.down_until)]
+        if not up:  # all down: try the one that comes back first
+            up = [min(self._members, key=lambda m: self.health.seconds_left(m.label))]
         return up
 
     async def _send(self, envelope: Envelope, order: list[_Member]) -> SendResult:
         last: SendResult | None = None
         skipped: list[str] = []
         for member in order:
-            result = replace(await member.transport.send(envelope), transport=member.label)
-            if result.decision in (Decision.PAUSE, Decision.OUTAGE):
-                self._down(member, result)
+            result = await self._through(member, envelope, forced=len(order) == 1)
+            if result is None:
+                continue  # another send took its probe meanwhile
+            if result.decision in _DOWN:
                 last = result
                 skipped.append(f"{member.label} {result.reason}")
                 continue  # nothing was delivered: the next member may take it
-            if result.decision is not Decision.UNKNOWN:
-                self._up(member)
             if skipped:  # the attempt log says why this member and not the first
                 note = f"{', '.join(skipped)}; through {member.label}"
                 result = replace(result, detail=f"{note}; {result.detail}"
                                  if result.detail else note)
             return result
-        assert last is not None  # order is never empty
+        if last is None:  # every member's probe was taken meanwhile: the soonest back
+            return await self._send(envelope, [min(
+                self._members, key=lambda m: self.health.seconds_left(m.label))])
         return last
 
-    def _down(self, member: _Member, result: SendResult) -> None:
-        member.backoff = min(member.backoff * 2 or self._down_seconds, self._down_cap)
-        member.down_until = self._clock() + member.backoff
-        log.warning("%s: transport %s is down for %.0fs (%s)", self.name, member.label,
-                    member.backoff, result.reason,
-                    extra={"event": "member_down", "transport": self.name,
-                           "member": member.label, "seconds": member.backoff,
-                           "reason": result.reason})
-
-    def _up(self, member: _Member) -> None:
-        if member.backoff:
-            log.warning("%s: transport %s is back", self.name, member.label,
-                        extra={"event": "member_back", "transport": self.name,
-                               "member": member.label})
-        member.backoff = 0.0
-        member.down_until = 0.0
+    async def _through(self, member: _Member, envelope: Envelope, *,
+                       forced: bool) -> SendResult | None:
+        """One send through ``member``, its answer applied to the member's health;
+        None when it is down and this send may not probe it (unless ``forced``)."""
+        health, label = self.health, member.label
+        token = health.token()
+        if not health.admit(label, token) and not forced:
+            return None
+        try:
+            result = replace(await member.transport.send(envelope), transport=label)
+        except BaseException:  # cancelled (or a transport bug): no answer either way
+            health.abandoned(label, token)
+            raise
+        if result.decision in _DOWN:
+            health.failed(label, result, token)
+        else:
+            health.answered(label)
+        return result
 
 
 class _Route:

@@ -72,6 +72,8 @@ def build_worker(
     lanes = settings.lane_list(queues)
     guards = _guards(settings)
 
+    first: list[MultiTransport] = []  # the lanes' failover transports share its health
+
     def transport(concurrency: int) -> Transport:
         if transport_factory is not None:
             return transport_factory()
@@ -79,6 +81,9 @@ def build_worker(
         if isinstance(built, MultiTransport):
             # A failed member is skipped for one breaker cycle, like a paused worker.
             built.pace(settings.pause_seconds, settings.pause_cap)
+            if first:
+                built.share_health(first[0])
+            first.append(built)
         return built
 
     loader = AttachmentLoader(engine)

@@ -3,7 +3,8 @@
 Each lane (:mod:`mailout.worker.lane`) claims and sends for its own queues. The worker
 holds the shared parts and hands each step to its module: recording
 (:mod:`mailout.worker.completions`), the pause and outage breakers
-(:mod:`mailout.worker.breaker`), alerts (:mod:`mailout.support.alerts`), and NOTIFY
+(:mod:`mailout.worker.breaker`), alerts (:mod:`mailout.support.alerts`; a failover
+member's in :mod:`mailout.worker.member_alerts`), and NOTIFY
 wakeups (:mod:`mailout.db.notifications`, PostgreSQL's LISTEN); it runs the lease
 heartbeat and the shutdown itself. The tasks beside the lanes run supervised
 (:mod:`mailout.worker.side_tasks`): :data:`SIDE_TASKS` says what a failure of each means.
@@ -34,6 +35,7 @@ from mailout.metrics.observer import NullObserver, Observer
 from mailout.models import Completion, Contact, Outcome, Status
 from mailout.support.alerts import Alert, Alerts
 from mailout.support.logs import SUMMARY_SECONDS, SendLog
+from mailout.worker import member_alerts
 from mailout.worker.breaker import Breakers, Trip
 from mailout.worker.completions import CompletionWriter
 from mailout.worker.lane import DB_RETRY_CAP, LaneDeps, LaneRunner
@@ -102,6 +104,8 @@ class Worker:
         )
         self.lanes = [LaneRunner(deps, lane, ctx, buckets) for lane, ctx in lanes]
         self.name = lanes[0][1].worker if lanes else worker_name()
+        member_alerts.watch((ctx.transport for _, ctx in lanes), alerts, self.observer,
+                            self.name)
         self.sent = 0
         self._held_alerted: set[str] = set()
         self._outage_alerted = False

@@ -1,8 +1,10 @@
-"""The transport breakers: one failure per probe cycle, doubling backoff, one probe, close."""
+"""The shared breaker: one failure per probe cycle, doubling backoff, one probe, close;
+and the worker's two breakers built on it."""
 
 from __future__ import annotations
 
-from mailout.worker.breaker import Breaker, Breakers, Kind, Trip
+from mailout.support.breaker import Breaker, Trip
+from mailout.worker.breaker import Breakers
 
 
 class Clock:
@@ -15,7 +17,7 @@ class Clock:
 
 def breaker(base: float = 1, cap: float = 8) -> tuple[Breaker, Clock]:
     clock = Clock()
-    return Breaker(Kind.OUTAGE, base, cap, clock=clock), clock
+    return Breaker(base, cap, clock=clock), clock
 
 
 def test_a_closed_breaker_gives_all_free_slots() -> None:
@@ -95,3 +97,29 @@ def test_the_two_breakers_are_distinct_and_claims_follow_the_stricter() -> None:
     assert breakers.capacity(free=10, in_flight=0) == 0
     assert breakers.outage.base == 5
     assert breakers.pause.base == 30
+
+
+def test_admit_lets_everything_through_while_closed_and_one_probe_while_open() -> None:
+    b, clock = breaker(base=30, cap=600)
+    assert all(b.admit(token) for token in range(5))
+    assert [b.fail("unauthorized", t) for t in range(5)] == [Trip(True, 30)] + [None] * 4
+    assert not b.admit(10)  # inside the backoff
+    clock.now += 30
+    assert b.probe_due
+    assert b.admit(11)  # the probe
+    assert not b.admit(12)  # one probe at a time
+    assert b.fail("unauthorized", 12) is None  # not the probe: no evidence
+    assert b.fail("unauthorized", 11) == Trip(False, 60)
+    clock.now += 60
+    assert b.admit(13)
+    assert b.close()
+    assert b.admit(14)
+
+
+def test_a_probe_that_never_answered_frees_the_slot() -> None:
+    b, clock = breaker(base=1)
+    b.fail("x", 0)
+    clock.now += 1
+    assert b.admit(1)
+    b.probe_inconclusive(1)  # cancelled before an answer
+    assert b.admit(2)
