@@ -10,7 +10,9 @@ for confirmation on a page listing the selected messages (with an optional reaso
 and each is written to mailout's audit log as ``"<username> (django admin)"``.
 
 Viewing needs ``mailout.view_message``; acting needs ``mailout.act_on_message``
-(anyone else gets 403). Rows are read from ``MAILOUT_DATABASE``.
+(anyone else gets 403). Rows are read from ``MAILOUT_DATABASE``. When that database
+lacks mailout's newest tables, the pages say so and name ``manage.py migrate`` (503)
+instead of failing on a missing table.
 
 An action reads the rows' states, then writes. On SQLite a transaction that read
 before a worker committed cannot write ("database is locked", at once), so the list
@@ -120,10 +122,31 @@ class MessageAdmin(admin.ModelAdmin):
         if request.method == "POST" and request.POST.get("action") in self.actions \
                 and not self.has_act_on_message_permission(request):
             raise PermissionDenied
-        return super().changelist_view(request, extra_context)
+        return self._unmigrated(request) or super().changelist_view(request, extra_context)
 
     # Django's own decorator takes a fixed alias; the outbox's is read per request.
     changelist_view._non_atomic_requests = _OutboxDatabase()  # type: ignore[attr-defined]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: Any = None) -> Any:
+        return (self._unmigrated(request)
+                or super().change_view(request, object_id, form_url, extra_context))
+
+    def _unmigrated(self, request: HttpRequest) -> HttpResponse | None:
+        """A page naming what is missing when the outbox database lacks mailout's newest
+        tables (a database error otherwise); None when it has them. Only for those who
+        may view the messages: the page names a database."""
+        from mailout.contrib.django.schema_sync import revision_problem
+
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        problem = revision_problem(outbox_database())
+        if problem is None:
+            return None
+        return TemplateResponse(request, "mailout/admin/schema_missing.html", {
+            **self.admin_site.each_context(request), "title": "mailout's tables are missing",
+            "problem": problem, "database": outbox_database(), "opts": self.model._meta,
+        }, status=503)  # the pages come back once the database is migrated
 
     @admin.display(description="Operator actions")
     def operator_history(self, obj: Message) -> str:

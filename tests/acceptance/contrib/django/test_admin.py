@@ -171,3 +171,20 @@ def test_actions_on_sqlite_succeed_while_a_worker_keeps_committing(
         churn.join()
     assert [r.status_code for r in replies] == [302] * 20
     assert {_row(outside_engine, f"busy-{i}").status for i in range(1, 21)} == {"pending"}
+
+
+def test_an_unmigrated_outbox_database_is_named_not_a_server_error(
+    alice: Client, using: str,
+) -> None:
+    from mailout.contrib.django.schema_sync import downgrade_to, upgrade_to
+
+    downgrade_to(using, "base")
+    try:
+        for url in (CHANGELIST, f"{CHANGELIST}1/change/"):
+            page = alice.get(url)
+            assert page.status_code == 503
+            text = page.content.decode()
+            assert f"database {using!r} has no mailout tables".replace("'", "&#x27;") in text
+            assert "python manage.py migrate" in text
+    finally:
+        upgrade_to(using, "head")

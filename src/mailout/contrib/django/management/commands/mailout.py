@@ -1,4 +1,5 @@
-"""``manage.py mailout <command> ...``: every ``mailout`` CLI command on Django's database.
+"""``manage.py mailout <command> ...``: every ``mailout`` CLI command on Django's database,
+with Django's mail settings.
 
 ::
 
@@ -9,19 +10,25 @@
 The database is the Django alias's (server, name, credentials: see
 :func:`mailout.contrib.django.connection.database_url`), set as
 ``MAILOUT_DATABASE_URL`` for the command (and the worker processes it starts), so
-nobody spells it twice. The exit code is the CLI's; errors print as the CLI prints
-them. In the audit log, actions are the CLI's (``MAILOUT_ACTOR`` or the login name).
+nobody spells it twice. The worker refuses to start on
+a database without mailout's newest tables, saying to run ``manage.py migrate``.
+
+The exit code is the CLI's; errors print as the CLI prints them. In the audit log,
+actions are the CLI's (``MAILOUT_ACTOR`` or the login name).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from mailout.contrib.django.checks import HINT
 from mailout.contrib.django.connection import database_url
 from mailout.exceptions import ConfigError
 
@@ -41,19 +48,38 @@ class Command(BaseCommand):
         from mailout.cli.main import run
 
         using = options["database"] or getattr(settings, "MAILOUT_DATABASE", "default")
+        arguments = list(options["mailout_args"]) or ["--help"]
+        command = next((a for a in arguments if not a.startswith("-")), None)
         try:
-            url = database_url(using)
+            variables = {URL_ENV: database_url(using)}
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
-        previous = os.environ.get(URL_ENV)
-        os.environ[URL_ENV] = url  # worker processes started by the command inherit it
-        try:
-            rc = run(list(options["mailout_args"]) or ["--help"],
-                     prog_name="manage.py mailout")
-        finally:
-            if previous is None:
-                os.environ.pop(URL_ENV, None)
-            else:
-                os.environ[URL_ENV] = previous
+        if command == "worker":
+            _require_schema(using)
+        with _environment(variables):  # worker processes started by the command inherit it
+            rc = run(arguments, prog_name="manage.py mailout")
         if rc:
             raise CommandError(f"mailout exited with status {rc}", returncode=rc)
+
+
+def _require_schema(using: str) -> None:
+    from mailout.contrib.django.schema_sync import revision_problem
+
+    problem = revision_problem(using)
+    if problem:
+        raise CommandError(f"{problem}: {HINT}")
+
+
+@contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """``variables`` set in this process's environment for the block, then put back."""
+    previous = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
