@@ -10,11 +10,15 @@ over TCP to a real SMTP server. Nothing is called in the test's process.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from email import message_from_bytes, policy
+from email.message import EmailMessage as ParsedMessage
 from pathlib import Path
 
 import pytest
+from bench.support.smtpserver import SmtpTestServer
 
 from tests.support import mysql
+from tests.support.fixtures import AUTH_PASSWORD, AUTH_USER
 from tests.support.new_django_project import (
     NewProject,
     databases_setting,
@@ -67,3 +71,48 @@ def test_a_missing_schema_is_reported_by_check_and_by_the_worker(project: NewPro
     assert worker.returncode == 1
     assert "has no mailout tables" in worker.stderr
     assert "manage.py migrate" in worker.stderr
+
+
+def test_mail_from_a_new_project_arrives_with_only_djangos_settings(
+    project: NewProject, smtp_server: SmtpTestServer,
+) -> None:
+    project.add_settings(f'EMAIL_HOST = "{smtp_server.host}"\nEMAIL_PORT = {smtp_server.port}')
+    for step in (("migrate",), ("shell", "-c", SEND), ("mailout", "worker", "--until-idle")):
+        done = project.manage(*step)
+        assert done.returncode == 0, f"{step}: {done.stderr}"
+    [received] = smtp_server.messages
+    assert received.mail_from == "site@example.com"
+    assert received.rcpt_tos == ("ann@example.com",)
+    assert not received.tls  # Django's EMAIL_USE_TLS is False by default
+    parsed = message_from_bytes(received.data, policy=policy.default)
+    assert isinstance(parsed, ParsedMessage)
+    assert parsed["From"] == "Newsite <site@example.com>"
+    assert parsed["Subject"] == "Welcome"
+    body = parsed.get_body(("plain",))
+    assert body is not None
+    assert body.get_content().strip() == "Hello Ann"
+
+
+@pytest.mark.parametrize("project", ["sqlite"], indirect=True)
+def test_the_worker_logs_in_over_starttls_with_djangos_settings(
+    project: NewProject, auth_smtp_server: SmtpTestServer,
+) -> None:
+    server = auth_smtp_server
+    project.add_settings(f"""
+EMAIL_HOST = "{server.host}"
+EMAIL_PORT = {server.port}
+EMAIL_USE_TLS = True
+EMAIL_HOST_USER = "{AUTH_USER}"
+EMAIL_HOST_PASSWORD = "{AUTH_PASSWORD}"
+EMAIL_TIMEOUT = 10
+""")
+    assert project.manage("migrate").returncode == 0
+    assert project.manage("shell", "-c", SEND).returncode == 0
+    # The test CA is trusted the way any CA is: OpenSSL's default verify file.
+    worker = project.manage("mailout", "worker", "--until-idle",
+                            SSL_CERT_FILE=str(server.ca_file))
+    assert worker.returncode == 0, worker.stderr
+    [received] = server.messages
+    assert received.tls
+    assert received.auth_user == AUTH_USER
+    assert AUTH_PASSWORD not in worker.stdout + worker.stderr

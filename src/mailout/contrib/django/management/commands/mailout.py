@@ -10,7 +10,9 @@ with Django's mail settings.
 The database is the Django alias's (server, name, credentials: see
 :func:`mailout.contrib.django.connection.database_url`), set as
 ``MAILOUT_DATABASE_URL`` for the command (and the worker processes it starts), so
-nobody spells it twice. The worker refuses to start on
+nobody spells it twice. So are Django's mail settings: ``DEFAULT_FROM_EMAIL`` as
+``MAIL_FROM`` and Django's SMTP server as ``SMTP_*``, where the environment does not
+set them (:mod:`mailout.contrib.django.mail_settings`). The worker refuses to start on
 a database without mailout's newest tables, saying to run ``manage.py migrate``.
 
 The exit code is the CLI's; errors print as the CLI prints them. In the audit log,
@@ -28,11 +30,14 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from mailout.contrib.django import mail_settings
 from mailout.contrib.django.checks import HINT
 from mailout.contrib.django.connection import database_url
 from mailout.exceptions import ConfigError
 
 URL_ENV = "MAILOUT_DATABASE_URL"
+# The commands that send, or connect to the SMTP server: they need a valid sender.
+SENDING = frozenset({"worker", "check"})
 
 
 class Command(BaseCommand):
@@ -51,7 +56,7 @@ class Command(BaseCommand):
         arguments = list(options["mailout_args"]) or ["--help"]
         command = next((a for a in arguments if not a.startswith("-")), None)
         try:
-            variables = {URL_ENV: database_url(using)}
+            variables = {URL_ENV: database_url(using), **_mail_variables(command)}
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         if command == "worker":
@@ -60,6 +65,17 @@ class Command(BaseCommand):
             rc = run(arguments, prog_name="manage.py mailout")
         if rc:
             raise CommandError(f"mailout exited with status {rc}", returncode=rc)
+
+
+def _mail_variables(command: str | None) -> dict[str, str]:
+    from django.core import mail
+
+    # Django 6.1 added MAILERS, and mail.mailers with it (its documented test).
+    found = mail_settings.worker_environment(settings, os.environ,
+                                             has_mailers=hasattr(mail, "mailers"))
+    if command in SENDING and mail_settings.FROM_VARIABLE in found:
+        mail_settings.check_sender(settings)
+    return found
 
 
 def _require_schema(using: str) -> None:
