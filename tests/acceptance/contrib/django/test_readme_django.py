@@ -1,0 +1,90 @@
+"""The README's Django section, run as a newcomer runs it: its shell blocks pasted into
+bash in an empty folder, its settings lines added to the new project's settings.py,
+ending with the message in the local sink's folder. Its production settings are
+read the way the worker reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from email import message_from_bytes, policy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.conf import global_settings
+
+from mailout.contrib.django.mail_settings import worker_environment
+from tests.acceptance.test_readme_quickstart import _stop_sink, free_port
+from tests.support.new_django_project import clean_env
+
+REPO = Path(__file__).resolve().parents[4]
+# Lines a test leaves out: its own virtualenv, with mailout installed, is on PATH.
+INSTALL = ("python3 -m venv .venv && . .venv/bin/activate", "pip install 'mailout[django]'")
+PORT_IN_README = "EMAIL_PORT = 2525"
+SINK_IN_README = "mailout dev-sink --background"
+
+
+def django_blocks() -> list[tuple[str, str]]:
+    """(language, text) of each code block of the README's Django section, in order."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Django\n", 1)[1].split("\n## ", 1)[0]
+    return [(lang, textwrap.dedent(text))
+            for lang, text in re.findall(r"```(\w+)\n(.*?)```", section, re.S)]
+
+
+@pytest.mark.slow
+def test_the_django_section_pasted_into_a_shell_delivers_its_message(tmp_path: Path) -> None:
+    (_, setup), (_, settings), (_, run) = django_blocks()[:3]
+    for line in INSTALL:
+        assert line in setup
+        setup = setup.replace(line, "")
+    # The only changes to the text: another run on this machine may hold port 2525.
+    port = free_port()
+    assert PORT_IN_README in settings
+    assert SINK_IN_README in run
+    script = "\n".join([
+        setup, f"cat >> mysite/settings.py <<'SETTINGS'\n"
+        f"{settings.replace(PORT_IN_README, f'EMAIL_PORT = {port}')}SETTINGS",
+        run.replace(SINK_IN_README, f"{SINK_IN_README} --port {port}")])
+    env = clean_env()
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = str(Path(venv_bin).parent)
+    try:
+        done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        _stop_sink(tmp_path / "mysite" / "sink-mail" / "dev-sink.pid")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "Applying mailout.0001_initial... OK" in done.stdout, out
+    assert "idle: 1 sent" in done.stdout, out
+    received = message_from_bytes((tmp_path / "mysite" / "sink-mail" / "1.eml").read_bytes(),
+                                  policy=policy.default)
+    assert received["From"] == "Shop <shop@example.com>"
+    assert received["Subject"] == "Welcome"
+
+
+def test_the_production_settings_reach_the_worker_as_the_table_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE_PASSWORD", "db-pw")
+    monkeypatch.setenv("EMAIL_HOST_PASSWORD", "smtp-pw")
+    production, mailers = (text for lang, text in django_blocks()[3:] if "EMAIL" in text)
+    project = {k: getattr(global_settings, k) for k in dir(global_settings) if k.isupper()}
+    exec(production, project)  # the README's own block, run as Django runs settings
+    found = worker_environment(SimpleNamespace(**project), {}, has_mailers=False)
+    assert found == {"MAIL_FROM": "Shop <noreply@shop.example.com>",
+                     "SMTP_HOST": "smtp.provider.example", "SMTP_PORT": "587",
+                     "SMTP_TLS": "starttls", "SMTP_USER": "shop", "SMTP_PASS": "smtp-pw",
+                     "SMTP_TIMEOUT": "30"}
+    six_one = {"DEFAULT_FROM_EMAIL": "Shop <shop@example.com>"}
+    exec("import os\n" + mailers, six_one)  # the README's block (it uses os.environ)
+    found = worker_environment(SimpleNamespace(**six_one), {}, has_mailers=True)
+    assert (found["SMTP_HOST"], found["SMTP_PORT"], found["SMTP_TLS"]) == (
+        "smtp.provider.example", "587", "starttls")
