@@ -46,6 +46,10 @@ class Outcome(enum.StrEnum):
     OUTAGE = "outage"  # the provider was unreachable or refused everyone; back uncharged
     CANCELLED = "cancelled"  # a send-time guard withdrew it (stale, not allowed...)
     HELD = "held"  # left pending unsent: this worker cannot judge it (unknown schema)
+    # Left pending unsent, uncharged: an earlier attempt's outcome is unknown and the one
+    # failover member that may have it (inside its key window) is down; it waits for it.
+    WAITING = "waiting"
+    PARKED = "parked"  # not sent: an earlier attempt may have delivered it; held for review
     PARTIAL = "partial"  # accepted for some recipients; the others are tried again
 
 

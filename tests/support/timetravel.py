@@ -45,3 +45,14 @@ def _run(engine: Engine, statement: Update, ids: Iterable[int] | None) -> int:
         statement = statement.where(messages.c.id.in_(list(ids)))
     with engine.begin() as conn:
         return conn.execute(statement).rowcount
+
+
+def age_unknown(engine: Engine, seconds: float, ids: Iterable[int] | None = None) -> int:
+    """Move the first unknown attempt of rows (``ids`` only, if given) ``seconds`` into
+    the past, on the database's clock: a key window that was open has closed.
+
+    Returns the rows changed.
+    """
+    statement = (update(messages).where(messages.c.unknown_since.is_not(None))
+                 .values(unknown_since=db_now_plus(literal(-seconds))))
+    return _run(engine, statement, ids)

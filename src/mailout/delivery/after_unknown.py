@@ -3,9 +3,12 @@
 An attempt cut off after its content left (a lost reply, a worker killed before its
 commit) may or may not have delivered the message. A provider that keeps each
 idempotency key for a while (its *key window*) drops a copy sent again with the same
-key inside that window, so the resend is safe there; outside it, or through a
-transport that keeps no key, ``MAILOUT_ON_UNKNOWN`` decides between a possible
-duplicate (``resend``) and parking the row for review (``hold``).
+key inside that window, so the resend is safe there, and only there: inside it the
+message goes through that transport (that failover member) alone, under every
+policy, and waits for it while it is down. Outside it, or through a transport that
+keeps no key, ``MAILOUT_ON_UNKNOWN`` decides between a possible duplicate
+(``resend``) and parking the row for review (``hold``). Every decision is written to
+the attempt log's detail, parking included.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from mailout.models import ClaimedMessage, OnUnknown
+from mailout.models import ClaimedMessage, OnUnknown, Outcome
 from mailout.transports.base import Transport
 from mailout.transports.multi import MultiTransport
 
@@ -27,6 +30,15 @@ class Resend:
 
     transport: Transport  # the lane's, or a route to the failover member that had it
     note: str  # for the attempt log: which case applied
+    # Inside that transport's key window: only it may send the message (its label).
+    only: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """Not sent again: parked in ``unknown`` for review (MAILOUT_ON_UNKNOWN=hold)."""
+
+    note: str  # for the attempt log: why
 
 
 def key_window(transport: Transport, via: str | None) -> tuple[str, float | None]:
@@ -51,14 +63,15 @@ def window_left(window: float | None, since: datetime, now: datetime) -> float |
 
 
 def after_unknown(msg: ClaimedMessage, transport: Transport,
-                  on_unknown: OnUnknown) -> Resend | None:
-    """How to resend a message an earlier attempt may have delivered; None: park it.
+                  on_unknown: OnUnknown) -> Resend | Park:
+    """How to resend a message an earlier attempt may have delivered, or why to park it.
 
     Inside the idempotency window of the transport that had it, the resend goes
-    through that transport (that failover member only, under ``hold``) with the same
-    key, and the provider drops the copy. Outside it, or when the transport drops no
-    repeated key, ``MAILOUT_ON_UNKNOWN`` decides: ``resend`` (the recipient may get a
-    duplicate) or ``hold`` (None).
+    through that transport alone (that failover member only, whatever the policy)
+    with the same key, and the provider drops the copy if it has the first; while
+    that member is down the message waits for it. Outside the window, or when the
+    transport drops no repeated key, ``MAILOUT_ON_UNKNOWN`` decides: ``resend`` (any
+    member; the recipient may get a duplicate) or ``hold`` (parked).
     """
     assert msg.unknown_since is not None
     label, window = key_window(transport, msg.unknown_via)
@@ -66,14 +79,28 @@ def after_unknown(msg: ClaimedMessage, transport: Transport,
     multi = transport if isinstance(transport, MultiTransport) else None
     if multi is not None and label not in multi.labels:
         multi = None  # which member had it is not known: no member to prefer
-    hold = on_unknown is OnUnknown.HOLD
     if left is not None and left > 0:
-        route = multi.route(label, only=hold) if multi is not None else transport
-        return Resend(route, f"after unknown: inside {label}'s {window:.0f}s key window, "
-                             "same key, the provider drops a copy")
-    if hold:
-        return None
+        route = multi.route(label, only=True) if multi is not None else transport
+        return Resend(route, f"after unknown: inside {label}'s {window:.0f}s key window "
+                             f"({left:.0f}s left)", only=label)
     why = (f"past {label}'s {window:.0f}s key window" if window is not None
            else f"{label} drops no repeated key")
+    if on_unknown is OnUnknown.HOLD:
+        return Park(f"after unknown: {why}; MAILOUT_ON_UNKNOWN=hold: parked for review, "
+                    "not sent")
     route = multi.route(label, only=False) if multi is not None else transport
     return Resend(route, f"after unknown: {why}; MAILOUT_ON_UNKNOWN=resend, may duplicate")
+
+
+def described(resend: Resend, outcome: Outcome, detail: str | None) -> str:
+    """The attempt log's detail for a resend that ended in ``outcome``: what happened,
+    not what was hoped for (``detail``: the transport's own, appended)."""
+    if resend.only is None:
+        note = resend.note
+    elif outcome is Outcome.WAITING:
+        note = f"{resend.note}: waits for {resend.only}, sent through no other"
+    else:
+        note = f"{resend.note}: resent through {resend.only} alone, same key"
+        if outcome is Outcome.SENT:
+            note += f" ({resend.only} drops it if it has the first copy)"
+    return f"{note}; {detail}" if detail else note

@@ -19,7 +19,14 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout.delivery.after_unknown import Resend, after_unknown, key_window, window_left
+from mailout.delivery.after_unknown import (
+    Park,
+    Resend,
+    after_unknown,
+    described,
+    key_window,
+    window_left,
+)
 from mailout.delivery.guards import Cancel, Guards, Hold, Proceed, Retry, Verdict
 from mailout.delivery.policy import (
     GiveUp,
@@ -118,8 +125,10 @@ def decide(
 
     PAUSE and OUTAGE are not the message's fault: the row goes back to ``pending``
     uncharged (``pause_seconds`` / ``outage_seconds`` from now), and its attempt is
-    logged as not charged. During an outage a message dies only by its age limit
-    (``max_age``), never by ``max_attempts``.
+    logged as not charged. Those of a send pinned to one failover member
+    (``waits_for``) make it ``waiting`` for that member, and pause nothing else.
+    During an outage a message dies only by its age limit (``max_age``), never by
+    ``max_attempts``.
 
     A message to several recipients is settled one recipient at a time (see
     :func:`per_recipient`); the rest of the rules are the message's.
@@ -229,6 +238,8 @@ def _decide_message(
     if decision is Decision.FAILED:
         return _given_up(msg, replace(base, outcome=Outcome.FAILED, status=Status.FAILED,
                                       reason=result.reason))
+    if result.waits_for is not None:
+        return _waiting(msg, base, result, window_left)
     if decision is Decision.PAUSE:
         # A configuration error says nothing about this message: it goes back
         # uncharged, to be tried once the transport works again.
@@ -273,6 +284,22 @@ def _outage(msg: ClaimedMessage, base: Completion, result: SendResult,
                    delay_seconds=max(delay, result.retry_after or 0.0), reason=result.reason)
 
 
+def _waiting(msg: ClaimedMessage, base: Completion, result: SendResult,
+             window_left: float | None) -> Completion:
+    """Pinned to the failover member that may have an earlier copy, and that member is
+    down: back to pending uncharged, due when it may be probed, never past its key
+    window. Says nothing about the transport as a whole: the worker pauses nothing."""
+    base = replace(base, contact=Contact.NONE, uncharge=True)
+    if is_expired(msg.claimed_at, msg.expires_at):
+        return _given_up(msg, replace(base, outcome=Outcome.DEAD, status=Status.DEAD,
+                                      reason="max_age"))
+    delay = result.retry_after or 0.0
+    if window_left is not None and window_left > 0:
+        delay = min(delay, window_left)
+    return replace(base, outcome=Outcome.WAITING, status=Status.PENDING, delay_seconds=delay,
+                   reason=result.reason)
+
+
 def _given_up(msg: ClaimedMessage, completion: Completion) -> Completion:
     """Failed or dead, unless an earlier attempt may have delivered it.
 
@@ -297,17 +324,17 @@ def expired(msg: ClaimedMessage, ctx: Context) -> Completion:
     return settle_row(completion, dict(msg.settled), list(msg.pending_recipients))
 
 
-def parked(msg: ClaimedMessage, ctx: Context) -> Completion:
+def parked(msg: ClaimedMessage, ctx: Context, note: str) -> Completion:
     """A message an earlier attempt may have delivered, under on_unknown=hold and
     outside any key window: parked for review, not sent again.
 
-    Nothing is sent, so the claim's attempt is given back and not logged; the claim
-    already logged the abandoned attempt as unknown.
+    Nothing is sent, so the claim's attempt is given back (uncharged); the decision
+    is logged with ``note`` (outcome ``parked``), so the attempt log says why.
     """
     return _completion(
-        msg, ctx, Outcome.UNKNOWN, Status.UNKNOWN,
+        msg, ctx, Outcome.PARKED, Status.UNKNOWN,
         reason="lease_expired" if msg.reclaimed else "unknown_held", uncharge=True,
-        logged=False,
+        detail=note,
     )
 
 
@@ -390,9 +417,10 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     """
     resend: Resend | None = None
     if msg.unknown_since is not None:  # an earlier attempt may have delivered it
-        resend = after_unknown(msg, ctx.transport, ctx.on_unknown)
-        if resend is None:
-            return parked(msg, ctx)
+        plan = after_unknown(msg, ctx.transport, ctx.on_unknown)
+        if isinstance(plan, Park):
+            return parked(msg, ctx, plan.note)
+        resend = plan
     if is_expired(msg.claimed_at, msg.expires_at):
         return expired(msg, ctx)
     try:
@@ -438,7 +466,8 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     completion = decide(msg, result, ctx=ctx, pause_seconds=pause_seconds,
                         outage_seconds=outage_seconds, window_left=left)
     if resend is not None:
-        completion = replace(completion, detail=_noted(resend.note, completion.detail))
+        completion = replace(completion, detail=described(resend, completion.outcome,
+                                                          completion.detail))
     if verdict.redirected_to is not None:
         completion = replace(completion, redirected_to=verdict.redirected_to)
     ctx.send_log.add(msg, completion, stage=result.stage or ctx.transport.name,

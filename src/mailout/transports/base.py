@@ -69,6 +69,9 @@ class SendResult:
     retry_after: float | None = None  # seconds the provider asked us to wait
     recipients: tuple[RecipientResult, ...] = ()
     transport: str | None = None  # which transport answered, when one stands for several
+    # PAUSE or OUTAGE of the one failover member this send was pinned to (it may hold
+    # an earlier copy): only this message waits for it; nothing else pauses.
+    waits_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,9 @@ and its answer is returned, so the worker's own breaker paces further sends.
 
 Each result names the member that answered (``SendResult.transport``), for the
 attempt log and the metrics. :meth:`MultiTransport.route` pins a send to the member
-that had an earlier unknown attempt (see ``mailout.delivery.after_unknown``).
+that had an earlier unknown attempt (see ``mailout.delivery.after_unknown``): while
+that member is down the message waits for it (``SendResult.waits_for``), alone,
+and the other members go on carrying the rest of the mail.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from mailout.transports.spec import KEEP_HEADER, TransportSpec
 DOWN_SECONDS: Final = 30.0  # a member that failed is skipped this long at first
 DOWN_CAP: Final = 600.0  # and never longer than this
 SETTING: Final = "MAILOUT_TRANSPORT"
+# A message pinned to a member whose probe is out (another send's) tries this soon.
+PROBE_WAIT: Final = 1.0
 _DOWN = (Decision.PAUSE, Decision.OUTAGE)
 
 
@@ -148,6 +152,29 @@ class MultiTransport:
                 self._members, key=lambda m: self.health.seconds_left(m.label))])
         return last
 
+    async def _pinned(self, envelope: Envelope, label: str) -> SendResult:
+        """A send through ``label`` alone (a message it may already have).
+
+        While the member is down and this send may not probe it, nothing is sent. If
+        it is down, or its answer puts it down, the result (``waits_for``) says when
+        to try again: only this message waits, and no other member is asked.
+        """
+        member = next(m for m in self._members if m.label == label)
+        result = await self._through(member, envelope, forced=False)
+        if result is not None and result.decision not in _DOWN:
+            return result
+        down = self.health.down(label)
+        again = max(self.health.seconds_left(label), PROBE_WAIT)
+        if result is None:  # not admitted: it is down (admit() refuses nothing else)
+            decision, reason = (down.decision, down.reason) if down else (Decision.OUTAGE,
+                                                                          "down")
+            return SendResult(decision, reason, transport=label, waits_for=label,
+                              retry_after=again, detail=f"{label} is down ({reason}), not "
+                                                        f"asked; next try in {again:.0f}s")
+        note = f"{label} {result.reason}; next try in {again:.0f}s"
+        return replace(result, waits_for=label, retry_after=max(again, result.retry_after or 0),
+                       detail=f"{note}; {result.detail}" if result.detail else note)
+
     async def _through(self, member: _Member, envelope: Envelope, *,
                        forced: bool) -> SendResult | None:
         """One send through ``member``, its answer applied to the member's health;
@@ -179,11 +206,10 @@ class _Route:
         self.dedupe_window = parent.window_of(label)
 
     async def send(self, envelope: Envelope) -> SendResult:
+        # A view of its parent, in the same module: it may use the parent's internals.
         parent = self._parent
         if self._only:
-            # A view of its parent, in the same module: it may use the members directly.
-            pinned = [m for m in parent._members if m.label == self._label]
-            return await parent._send(envelope, pinned)
+            return await parent._pinned(envelope, self._label)
         return await parent._send(envelope, parent._order(prefer=self._label))
 
     async def check(self) -> CheckResult:
