@@ -213,6 +213,7 @@ class SmtpTestServer:
         self.fault_hook: Callable[[tuple[str, ...], Stage], Fault | None] | None = None
         self.before_reply: Callable[[ReceivedMessage], None] | None = None
         self.connections = 0
+        self.ehlo_names: list[str] = []  # the name each EHLO gave, in order
         self.disconnected_at: list[datetime] = []  # UTC, when each connection ended
         self.auth_failures = 0  # AUTH exchanges that were refused
         self.dedup_hits = 0
@@ -290,6 +291,7 @@ class SmtpTestServer:
             self._token_rules.clear()
             self.connections = self.dedup_hits = self.faults_fired = self.pipelined = 0
             self.mail_behind_data = 0
+            self.ehlo_names.clear()
 
     # -- faults ----------------------------------------------------------------
 
@@ -533,6 +535,8 @@ class _Handler:
         responses: list[str],
     ) -> list[str]:
         session.host_name = hostname  # this hook's duty in aiosmtpd's EHLO protocol
+        with self.owner._lock:
+            self.owner.ehlo_names.append(hostname)
         if self.owner.pipelining:
             responses.insert(-1, "250-PIPELINING")
         return responses

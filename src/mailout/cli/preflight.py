@@ -42,22 +42,23 @@ def check_database(url: str | None) -> Verdict:
         engine.dispose()
 
 
-def check_transport(spec: TransportSpec) -> Verdict:
+def check_transport(spec: TransportSpec) -> tuple[bool, str, tuple[str, ...]]:
     """Build the transport and ask it to check its connection and credentials; send
-    nothing. A transport that cannot even be built (an unreadable CA file...) fails."""
+    nothing. A transport that cannot even be built (an unreadable CA file...) fails.
+    Also returns its warnings (an EHLO name that is not a fully qualified one)."""
     try:
         transport = spec.build(1)
     except ImportError as exc:
         return False, (f"{spec.name} transport {spec.shown}: a library is missing ({exc.name});"
-                       " install mailout[http] (or mailout[ses] for ses://)")
+                       " install mailout[http] (or mailout[ses] for ses://)"), ()
     except (OSError, ValueError) as exc:
-        return False, f"{spec.name} transport {spec.shown}: cannot be set up: {exc}"
+        return False, f"{spec.name} transport {spec.shown}: cannot be set up: {exc}", ()
 
-    async def run() -> Verdict:
+    async def run() -> tuple[bool, str, tuple[str, ...]]:
         try:
             result = await transport.check()
         finally:
             await transport.close()
-        return result.ok, result.line
+        return result.ok, result.line, result.warnings
 
     return asyncio.run(run())

@@ -80,6 +80,8 @@ class CheckResult:
 
     ok: bool
     line: str  # human-readable, never holding a secret
+    # Works, but something else will hurt (an EHLO name relays distrust): one line each.
+    warnings: tuple[str, ...] = ()
 
 
 class Transport(Protocol):

@@ -113,7 +113,8 @@ class MultiTransport:
         results = [(m.label, await m.transport.check()) for m in self._members]
         line = "; ".join(f"{label}: {'ok' if r.ok else 'FAILED'}: {r.line}"
                          for label, r in results)
-        return CheckResult(all(r.ok for _, r in results), f"{self.name}: {line}")
+        warnings = tuple(f"{label}: {w}" for label, r in results for w in r.warnings)
+        return CheckResult(all(r.ok for _, r in results), f"{self.name}: {line}", warnings)
 
     async def close(self) -> None:
         for m in self._members:

@@ -140,8 +140,26 @@ def test_special_use_domains_need_the_setting_and_then_work(
 
 
 def test_check_prints_one_line_per_check(sqlite_url: str, smtp_server: SmtpTestServer) -> None:
-    env = worker_env(sqlite_url, smtp_server)
+    env = worker_env(sqlite_url, smtp_server, SMTP_EHLO="mail.shop.example.com")
     out = mailout("check", env=env).stdout
     lines = out.strip().splitlines()
     assert len(lines) == 2, out  # the database and SMTP, each on one line
     assert lines[1].startswith("ok     SMTP"), out
+
+
+@pytest.mark.parametrize("how", ["variable", "url"])
+def test_check_warns_when_the_ehlo_name_is_not_a_fully_qualified_one(
+        sqlite_url: str, smtp_server: SmtpTestServer, how: str) -> None:
+    env = worker_env(sqlite_url, smtp_server)
+    if how == "variable":
+        env["SMTP_EHLO"] = "localhost"
+    else:
+        env["MAILOUT_TRANSPORT"] = (f"failover(smtp://{smtp_server.host}:{smtp_server.port}"
+                                    "?tls=none&ehlo=localhost, memory://)")
+    out = mailout("check", env=env).stdout  # a warning: the exit status stays 0
+    warnings = [line for line in out.splitlines() if line.startswith("WARN")]
+    member = "smtp: " if how == "url" else ""
+    assert warnings == [f"WARN   {member}the EHLO name 'localhost' is not a fully qualified "
+                        "domain name; relays may penalise or refuse it: set SMTP_EHLO (or "
+                        "?ehlo= on the smtp:// URL) to this host's public name"], out
+    assert smtp_server.ehlo_names == ["localhost"]  # the name the check gave

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
 from collections.abc import Coroutine
 from dataclasses import replace
@@ -61,6 +60,8 @@ from mailout.transports.smtp.settings import (
     TlsMode,
     cleartext_auth_refused,
     client_tls_context,
+    ehlo_name,
+    ehlo_warning,
 )
 from mailout.transports.smtp.transaction import (
     Abort,
@@ -141,7 +142,9 @@ class SmtpTransport:
             outcome = await check_connection(self._settings)
         except (OSError, ssl.SSLError) as exc:  # building the TLS context: SMTP_CA_FILE
             return smtp_check.unusable_ca_file(self._settings, exc)
-        return smtp_check.verdict(outcome, self._settings)
+        result = smtp_check.verdict(outcome, self._settings)
+        warning = ehlo_warning(await asyncio.to_thread(ehlo_name, self._settings))
+        return replace(result, warnings=(warning,)) if warning else result
 
     async def close(self) -> None:
         self._closed = True
@@ -260,7 +263,7 @@ class SmtpTransport:
             raise Abort(SendOutcome(Stage.AUTH, failure=Failure.CLEARTEXT_AUTH,
                                      detail=_CLEARTEXT_AUTH))
         if self._hostname is None:
-            self._hostname = await asyncio.to_thread(socket.getfqdn)
+            self._hostname = await asyncio.to_thread(ehlo_name, settings)
         smtp = aiosmtplib.SMTP(
             hostname=settings.host,
             port=settings.port,

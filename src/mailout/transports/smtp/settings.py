@@ -3,18 +3,24 @@
 ``MAILOUT_TRANSPORT=smtp://user:pass@host:587`` (STARTTLS required),
 ``smtps://user:pass@host:465`` (implicit TLS) or, when ``MAILOUT_TRANSPORT`` is unset,
 the ``SMTP_HOST``, ``SMTP_PORT``, ``SMTP_USER``, ``SMTP_PASS``, ``SMTP_TLS``,
-``SMTP_TIMEOUT``, ``SMTP_CA_FILE``, ``SMTP_POOL_SIZE``, ``SMTP_PIPELINING`` and
-``SMTP_ALLOW_PLAINTEXT_AUTH`` variables. In a URL, the user and password are
-percent-decoded and the other settings are query parameters named like the
-variables without ``SMTP_``
-(``?tls=none&timeout=10&pool_size=4&pipelining=false&ca_file=/path``); a variable
-that is set fills in what the URL leaves out. Bad values raise ConfigError naming
-the setting.
+``SMTP_TIMEOUT``, ``SMTP_CA_FILE``, ``SMTP_POOL_SIZE``, ``SMTP_PIPELINING``,
+``SMTP_ALLOW_PLAINTEXT_AUTH`` and ``SMTP_EHLO`` variables. In a URL, the user and
+password are percent-decoded and the other settings are query parameters named like
+the variables without ``SMTP_``
+(``?tls=none&timeout=10&pool_size=4&pipelining=false&ca_file=/path&ehlo=mx.example.com``);
+a variable that is set fills in what the URL leaves out. Bad values raise ConfigError
+naming the setting.
+
+The EHLO name is the machine's fully qualified name unless ``SMTP_EHLO`` says
+otherwise: relays penalise or refuse a name that is not one (``localhost``, a bare
+host name), so ``mailout check`` warns about it (:func:`ehlo_warning`).
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -88,6 +94,51 @@ def client_tls_context(settings: SmtpSettings) -> ssl.SSLContext:
 
 _tls = envparse.choice(TlsMode)
 
+# RFC 5321 section 4.1.2: EHLO takes a domain or an address literal ("[192.0.2.1]",
+# "[IPv6:2001:db8::1]"). Anything else (a space, a control character) is refused.
+_LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DOMAIN: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+_ADDRESS_LITERAL: Final = re.compile(r"\[(?:IPv6:[0-9A-Fa-f:.]+|[0-9.]+)\]")
+# Top labels of names that are not global (RFC 6761, RFC 6762, common home routers').
+_NOT_A_HOST: Final = ("localhost", "localdomain", "local", "internal", "lan", "home")
+MAX_DOMAIN: Final = 253
+
+
+def _ehlo(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not (_DOMAIN.fullmatch(value) or _ADDRESS_LITERAL.fullmatch(value)) or len(value) > \
+            MAX_DOMAIN:
+        raise ConfigError(name, "must be a domain name (mail.example.com) or an address "
+                                "literal ([192.0.2.1]) for EHLO")
+    return value.rstrip(".")
+
+
+def is_fqdn(name: str) -> bool:
+    """A name other mail servers can take for this host's: two labels or more, a top
+    label that is not a number, and not a name every machine has (``localhost``,
+    ``*.localdomain``, ``*.local``)."""
+    if not _DOMAIN.fullmatch(name) or len(name) > MAX_DOMAIN:
+        return False
+    labels = name.rstrip(".").lower().split(".")
+    return (len(labels) >= 2 and not labels[-1].isdigit() and labels[-1] not in _NOT_A_HOST
+            and labels[0] != "localhost")
+
+
+def ehlo_name(settings: SmtpSettings) -> str:
+    """The name EHLO will give: ``SMTP_EHLO``, else the machine's (``socket.getfqdn``,
+    which may block on DNS: call it off the event loop)."""
+    return settings.local_hostname or socket.getfqdn()
+
+
+def ehlo_warning(name: str) -> str | None:
+    """What ``mailout check`` says about ``name`` as the EHLO name; None when it is fine."""
+    if is_fqdn(name):
+        return None
+    shown = name.encode("ascii", "backslashreplace").decode("ascii")[:80]
+    return (f"the EHLO name {shown!r} is not a fully qualified domain name; relays may "
+            "penalise or refuse it: set SMTP_EHLO (or ?ehlo= on the smtp:// URL) to this "
+            "host's public name")
+
 
 # setting -> (environment variable, URL query name, parser)
 _VARIABLES: Final[dict[str, tuple[str, str, envparse.Parser]]] = {
@@ -102,6 +153,7 @@ _VARIABLES: Final[dict[str, tuple[str, str, envparse.Parser]]] = {
     "pipelining": ("SMTP_PIPELINING", "pipelining", envparse.boolean),
     "allow_plaintext_auth": ("SMTP_ALLOW_PLAINTEXT_AUTH", "allow_plaintext_auth",
                              envparse.boolean),
+    "local_hostname": ("SMTP_EHLO", "ehlo", _ehlo),
 }
 _QUERY_NAMES: Final = frozenset(v[1] for v in _VARIABLES.values()) - {"host", "port", "user",
                                                                      "pass"}

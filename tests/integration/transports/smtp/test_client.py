@@ -478,3 +478,18 @@ def test_settings_hide_password_and_default_tls_mode():
     assert SmtpSettings("h", tls="none").tls is TlsMode.NONE  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pool_size"):
         SmtpSettings("h", pool_size=0)
+
+
+async def test_the_ehlo_name_set_on_the_url_is_the_one_the_server_sees(
+        smtp_server: SmtpTestServer) -> None:
+    from mailout.transports import url as transport_url
+
+    url = (f"smtp://{smtp_server.host}:{smtp_server.port}?tls=none"
+           "&ehlo=mail.shop.example.com")
+    transport = transport_url.parse(url, {}, concurrency=1).build(1)
+    try:
+        result = await transport.send(envelope())
+    finally:
+        await transport.close()
+    assert result.decision.value == "sent"
+    assert smtp_server.ehlo_names == ["mail.shop.example.com"]
