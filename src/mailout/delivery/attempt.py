@@ -264,9 +264,14 @@ def _decide_message(
                            detail=_noted(note, result.detail))
         if ctx.on_unknown is OnUnknown.HOLD:
             return replace(base, outcome=Outcome.UNKNOWN, status=Status.UNKNOWN,
-                           reason=result.reason)
-    outcome_kind = Outcome.UNKNOWN if decision is Decision.UNKNOWN else Outcome.RETRY
-    return replace(base, outcome=outcome_kind, status=Status.PENDING,
+                           reason=result.reason, detail=_noted(
+                               "outside any key window; MAILOUT_ON_UNKNOWN=hold: parked "
+                               "for review", result.detail))
+        return replace(base, outcome=Outcome.UNKNOWN, status=Status.PENDING,
+                       delay_seconds=delay, reason=result.reason, detail=_noted(
+                           "outside any key window; MAILOUT_ON_UNKNOWN=resend: resend due, "
+                           "may duplicate", result.detail))
+    return replace(base, outcome=Outcome.RETRY, status=Status.PENDING,
                    delay_seconds=delay, reason=result.reason)
 
 

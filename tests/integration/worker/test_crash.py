@@ -186,7 +186,8 @@ def test_on_unknown_hold_parks_the_row_instead_of_resending(
     assert parked["status"] == "unknown"
     assert parked["lease_token"] is None
     assert parked["attempts"] == 1  # the parking claim sent nothing and is not charged
-    assert log_of(engine, rid) == [(1, "unknown")]
+    # The decision is logged too (issue 39), uncharged: its attempt number is given back.
+    assert log_of(engine, rid) == [(1, "unknown"), (2, "parked")]
     assert len(smtp_server.messages) == 1  # not resent
 
 

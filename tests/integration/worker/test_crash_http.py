@@ -151,7 +151,10 @@ def test_without_a_key_hold_policy_parks_the_row(
         parked = row(engine, rid)
         assert (parked["status"], parked["attempts"]) == ("unknown", 1)
         assert len(fake.delivered) == 1  # not resent
-        assert [(a, o) for a, o, _, _ in log_of(engine, rid)] == [(1, "unknown")]
+        log = log_of(engine, rid)
+        assert [(a, o) for a, o, _, _ in log] == [(1, "unknown"), (2, "parked")]
+        assert log[-1][3] == ("after unknown: postmark drops no repeated key; "
+                              "MAILOUT_ON_UNKNOWN=hold: parked for review, not sent")
 
 
 def test_a_lost_answer_is_resent_inside_the_window_even_under_hold(
