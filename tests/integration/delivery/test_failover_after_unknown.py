@@ -100,7 +100,7 @@ def then(a: FakeResend, state: A) -> None:
 
 @pytest.mark.parametrize("policy", ["resend", "hold"])
 @pytest.mark.parametrize("state", list(A), ids=lambda s: s.value)
-def test_inside_as_key_window_the_message_goes_through_a_alone(
+def test_inside_the_window_of_a_the_message_goes_through_a_alone(
         sqlite_url: str, policy: str, state: A) -> None:
     engine = db.make_engine(sqlite_url)
     with first_request_lost(engine, sqlite_url, policy) as (a, b, row):
@@ -136,7 +136,7 @@ def test_inside_as_key_window_the_message_goes_through_a_alone(
 
 
 @pytest.mark.parametrize("policy", ["resend", "hold"])
-def test_past_as_key_window_the_policy_decides_and_the_log_says_so(
+def test_past_the_window_of_a_the_policy_decides_and_the_log_says_so(
         engine: Engine, db_url: str, policy: str) -> None:
     with first_request_lost(engine, db_url, policy) as (a, b, row):
         age_unknown(engine, TWO_DAYS)
