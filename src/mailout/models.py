@@ -133,6 +133,11 @@ class ClaimedMessage:
     # and the transport it went through ("*": several; None: not recorded).
     unknown_since: datetime | None = None
     unknown_via: str | None = None
+    # The whole message as the enqueuing code built it (Django's), sent as it is over
+    # SMTP; None: rendered from the fields above.
+    mime: bytes | None = field(default=None, repr=False)
+    # Shared by the rows of one ordered enqueue: started one after the other.
+    batch: str | None = None
 
     @property
     def envelope_recipients(self) -> tuple[str, ...]:

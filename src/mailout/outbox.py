@@ -24,7 +24,7 @@ from mailout.db import inserts
 from mailout.delivery.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.delivery.policy import QueuePolicy, RetryPolicy, parse_queue_policies
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
-from mailout.message import addresses, compose, template_params, validate
+from mailout.message import addresses, compose, template_params, validate, whole
 from mailout.message.templates import resolve_variant, template_schema
 from mailout.models import Attachment, EnqueueResult, Mailbox
 from mailout.support import envparse
@@ -176,6 +176,11 @@ class Message:
     attachments: Sequence[Attachment] = ()
     unsubscribe: str | Sequence[str] | None = None  # an https URL and/or a mailto: URI
     locale: str | None = None  # picks <template>/es-MX/, then <template>/es/, then <template>/
+    # The whole message, built by the caller (CRLF line ends, its own Message-ID): sent
+    # as it is over SMTP. to/cc/bcc and sender are then the envelope (any one token,
+    # as the caller's own SMTP would send it), subject is what operators see, and
+    # content arguments are refused (see mailout.message.whole).
+    mime: bytes | None = None
 
 
 def _validated_row(
@@ -187,6 +192,8 @@ def _validated_row(
     ``templates`` remembers checked template names (name and schema version) for
     the rest of one :func:`enqueue_many` call.
     """
+    if msg.mime is not None:
+        return _whole_row(msg, settings)
     params_size = 0
     has_content = msg.subject is not None or msg.text is not None or msg.html is not None
     if msg.template is None and not has_content:
@@ -252,6 +259,35 @@ def _validated_row(
     return row
 
 
+def _whole_row(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
+    """The column values for a message stored whole (``msg.mime``)."""
+    given = [name for name in ("template", "params", "text", "html", "headers", "unsubscribe",
+                               "locale", "reply_to") if getattr(msg, name) is not None]
+    if given or msg.attachments:
+        raise InvalidMessage("mime", f"a whole message carries its own content: give no "
+                             f"{', '.join(given) or 'attachments'} with it")
+    return {
+        **whole.recipients(msg.to, msg.cc, msg.bcc, limit=settings.max_recipients),
+        "sender": None if msg.sender is None else whole.envelope_address("sender", msg.sender),
+        "queue": validate.queue(msg.queue),
+        "priority": validate.priority(msg.priority),
+        "idempotency_key": (
+            f"random-{secrets.token_hex(16)}" if msg.key is None else validate.key(msg.key)
+        ),
+        "template": None, "params": None, "params_json": None, "schema_version": None,
+        "body_text": None, "body_html": None, "headers": None, "locale": None,
+        "attachments": [], "attachment_digest": None,
+        "subject": None if msg.subject is None
+        else validate.text("subject", msg.subject, header=True),
+        "event_ref": None if msg.event is None else validate.bounded("event", msg.event, 255),
+        "event_version": None if msg.version is None
+        else validate.bounded("version", str(msg.version), 64),
+        **_schedule(msg, settings),
+        "message_id": whole.message_id(msg.mime, max_bytes=settings.max_message_bytes),
+        "mime": msg.mime,
+    }
+
+
 Checked = tuple[str, int | None, str | None, frozenset[str]]
 
 
@@ -303,6 +339,13 @@ def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:
     return {"send_at": send_at, "expires_in": float(expires)}
 
 
+def check_message(msg: Message, *, settings: EnqueueSettings | None = None) -> None:
+    """Raise InvalidMessage for ``msg`` as :func:`enqueue_many` would before writing
+    anything; return None when it would pass those checks (the database may still
+    refuse it: an idempotency conflict, MySQL's statement size)."""
+    _validated_row(msg, settings or _settings_from_env())
+
+
 def _differing(existing: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(col for col in inserts.CONTENT_COLUMNS if existing[col] != row[col])
 
@@ -313,6 +356,7 @@ def enqueue_many(
     *,
     settings: EnqueueSettings | None = None,
     ignore_conflicts: bool = False,
+    in_order: bool = False,
 ) -> list[EnqueueResult]:
     """Enqueue several messages in the caller's transaction with one INSERT.
 
@@ -320,6 +364,11 @@ def enqueue_many(
     nothing is written. Keys already present (in the table or earlier in the same
     call) follow the rules of :func:`enqueue`; an IdempotencyConflict also leaves
     nothing of the batch written. Results come back in input order.
+
+    ``in_order``: a worker starts each message's first attempt only after the one
+    before it in this call has finished its own (messages of one queue, claimed by one
+    worker; a retry goes out when it is due, whatever the order). Django's backend asks
+    for it: its SMTP backend sends one message after the other.
     """
     settings = settings or _settings_from_env()
     # A template is looked up on disk once per call, not once per message.
@@ -347,6 +396,10 @@ def enqueue_many(
         raise conflict
     if linked:
         stored_attachments.store(connection, linked)
+    token = secrets.token_hex(16) if in_order and len(rows) > 1 else None
+    inserts.store_late(connection, [(r.id, row.get("mime"), token)
+                                    for r, row in zip(results, rows, strict=True)
+                                    if r.created and (token or row.get("mime") is not None)])
     return results
 
 

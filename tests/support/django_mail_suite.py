@@ -27,7 +27,7 @@ import sys
 import unittest
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy.engine import make_url
 
@@ -64,7 +64,8 @@ def load(path: Path) -> ModuleType:
     """Django's ``tests/mail/tests.py`` as a module of its own name (not ``tests.mail``:
     mailout's own ``tests`` package is on the path too)."""
     spec = importlib.util.spec_from_file_location("django_mail_tests", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -96,7 +97,7 @@ def outbox_tests(module: ModuleType, url: str) -> type[unittest.TestCase]:
 
     class OutboxBackendTests(module.BaseEmailBackendTests, SimpleTestCase):  # type: ignore[misc,name-defined]
         email_backend = "mailout.contrib.django.EmailBackend"
-        databases = {"default"}  # the backend writes outbox rows
+        databases: ClassVar = {"default"}  # the backend writes outbox rows
 
         @classmethod
         def setUpClass(cls) -> None:
@@ -134,23 +135,23 @@ class _Recorder(unittest.TextTestResult):
         name = test.id().rpartition(".")[2]
         return name.split(" ")[0]  # a subtest's id names its parameters after a space
 
-    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+    def addSuccess(self, test: unittest.TestCase) -> None:
         super().addSuccess(test)
         self.outcomes.setdefault(self._name(test), PASSED)
 
-    def addFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addFailure(self, test: unittest.TestCase, err: Any) -> None:
         super().addFailure(test, err)
         self._bad(test, FAILED, err)
 
-    def addError(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addError(self, test: unittest.TestCase, err: Any) -> None:
         super().addError(test, err)
         self._bad(test, ERROR, err)
 
-    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:
         super().addSkip(test, reason)
         self.outcomes[self._name(test)] = SKIPPED
 
-    def addSubTest(self, test: unittest.TestCase, subtest: Any, err: Any) -> None:  # noqa: N802
+    def addSubTest(self, test: unittest.TestCase, subtest: Any, err: Any) -> None:
         super().addSubTest(test, subtest, err)
         if err is not None:
             failed = issubclass(err[0], test.failureException)

@@ -28,7 +28,8 @@ CLAIMED_COLUMNS = tuple(messages.c[name] for name in (
     "subject", "body_text", "body_html", "headers", "message_id", "attempts",
     "unknown_attempts", "created_at", "expires_at", "lease_token", "last_attempt_at",
     "event_ref", "event_version", "schema_version", "addresses", "locale",
-    "attachment_digest", "settled", "unknown_since", "unknown_via"))
+    "attachment_digest", "settled", "unknown_since", "unknown_via", "mime",
+    "batch"))
 
 
 def claimed_rows(conn: Connection, rows: Sequence[Mapping[Any, Any]], *,
@@ -77,6 +78,8 @@ def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
         settled=m["settled"] or {},
         unknown_since=aware(m["unknown_since"]),
         unknown_via=m["unknown_via"],
+        mime=None if m["mime"] is None else bytes(m["mime"]),
+        batch=m["batch"],
     )
 
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     select,
     text,
+    update,
 )
 
 from mailout.db import dialects, hot_statements
@@ -136,6 +137,7 @@ def refuse_oversize(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None
                 raise InvalidMessage("attachments", f"{item.filename!r} takes {size} bytes "
                                      f"as sent to the database; {advice}")
         size = sum(dialects.sent_size(_as_text(row.get(c))) for c in _LARGE_COLUMNS)
+        size += dialects.sent_size(row.get("mime"))  # written by a statement of its own
         if size > room:
             raise InvalidMessage("text", f"the message takes {size} bytes as sent to the "
                                  f"database; {advice}")
@@ -322,6 +324,18 @@ def _insert_then_lock(conn: Connection, params: Sequence[Mapping[str, Any]],
         ours = m["message_id"] == first[m["idempotency_key"]]["message_id"]
         content = first[m["idempotency_key"]] if ours else dict(m)
         found[m["idempotency_key"]] = Stored(m["id"], m["message_id"], ours, content)
+
+
+def store_late(conn: Connection, late: Sequence[tuple[int, bytes | None, str | None]]) -> None:
+    """``(id, mime, batch)`` on rows just inserted: the bytes of messages stored whole
+    and the token of an ordered batch, in one UPDATE per call, so that the INSERT
+    (JSON on PostgreSQL, where bytes do not travel) stays as it is for every other
+    message."""
+    if late:
+        stmt = update(messages).where(messages.c.id == bindparam("row_id"))
+        conn.execute(stmt.values(mime=bindparam("whole"), batch=bindparam("token")),
+                     [{"row_id": i, "whole": data, "token": token}
+                      for i, data, token in late])
 
 
 def withdraw(conn: Connection, ids: Sequence[int]) -> None:

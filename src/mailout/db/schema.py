@@ -142,6 +142,13 @@ messages = Table(
     # it went through ("*": several): compared with that transport's idempotency window.
     Column("unknown_since", Timestamp),
     Column("unknown_via", String(64)),
+    # The whole message as the enqueuing code built it (Django's EmailMessage.message(),
+    # CRLF line ends, its own Message-ID): sent as it is over SMTP. NULL: the worker
+    # renders the message from the columns above. LONGBLOB on MySQL (BLOB stops at 64 KB).
+    Column("mime", LargeBinary().with_variant(LONGBLOB(), "mysql")),
+    # The rows of one ordered enqueue (a Django send_messages call) share this token: a
+    # worker starts each one's attempt only after the one before it has finished.
+    Column("batch", String(32)),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     Index("ux_mailout_messages_key", "idempotency_key", unique=True),

@@ -26,7 +26,7 @@ from typing import Any
 import jinja2
 
 from mailout.exceptions import RenderError
-from mailout.message import mime
+from mailout.message import mime, parsed
 from mailout.message.addresses import extra_header, parse_mailbox
 from mailout.message.envelope import Envelope
 from mailout.message.return_path import ReturnPath
@@ -41,6 +41,7 @@ from mailout.message.templates import (
 from mailout.message.validate import BAD_HEADER_CHARS
 from mailout.models import Attachment, ClaimedMessage, Mailbox
 
+DEFAULT_KEY_HEADER = "Idempotency-Key"  # the key's header on the messages mailout renders
 _HEADER_NAME_RE = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII but ":"
 # Headers the renderer owns; extras may not set them (Content-* too, by prefix).
 _OWN_HEADERS = frozenset({"message-id", "date", "from", "to", "cc", "bcc", "subject",
@@ -82,10 +83,11 @@ class Renderer:
         templates_dir: Path | None,
         *,
         mail_from: str,
-        idempotency_header: str | None = "Idempotency-Key",
+        idempotency_header: str | None = DEFAULT_KEY_HEADER,
         clock: Callable[[], datetime] | None = None,
         return_path: str | None = None,
         return_path_secret: str | None = None,
+        whole_key_header: str | None = None,
     ) -> None:
         if idempotency_header is not None and (
                 not _HEADER_NAME_RE.fullmatch(idempotency_header)
@@ -98,6 +100,12 @@ class Renderer:
         self._return_path = (ReturnPath(return_path, return_path_secret) if return_path
                              else None)
         self._idempotency_header = idempotency_header
+        # A message stored whole goes out as its author built it: the key rides in a
+        # header only when one was asked for (a relay's own, or the setting given).
+        if whole_key_header is not None and (not _HEADER_NAME_RE.fullmatch(whole_key_header)
+                                             or _is_own(whole_key_header)):
+            raise ValueError(f"bad idempotency header name {whole_key_header!r}")
+        self._whole_key_header = whole_key_header
         self._clock = clock or (lambda: datetime.now(UTC))
         self._last_date: tuple[datetime | None, str] = (None, "")
         self._env: jinja2.Environment | None = None
@@ -132,8 +140,37 @@ class Renderer:
         would override one the renderer sets. Bcc recipients are in the envelope,
         never in a header.
         """
+        if msg.mime is not None:
+            return self._whole(msg, msg.mime)
         subject, text, html = self._content(msg)
         return self._build(msg, subject, text, html)
+
+    def _whole(self, msg: ClaimedMessage, data: bytes) -> Envelope:
+        """A message stored whole: its bytes go out as they are (with the key header
+        first when one is asked for); its fields, read back, serve HTTP transports."""
+        try:
+            fields = parsed.parse(data)
+            sender = Mailbox(_checked_envelope(msg.sender or self._from[1]),
+                             fields.sender_name)
+            to = tuple(Mailbox(_checked_envelope(m.address), m.name) for m in msg.to) or (
+                () if msg.cc or msg.bcc else (Mailbox(_checked_envelope(msg.recipient)),))
+            cc = tuple(Mailbox(_checked_envelope(m.address), m.name) for m in msg.cc)
+            bcc = tuple(Mailbox(_checked_envelope(m.address), m.name) for m in msg.bcc)
+            wire = data
+            if self._whole_key_header is not None:
+                if BAD_HEADER_CHARS.search(msg.key):
+                    raise ValueError("the key has a control character")
+                wire = mime.unstructured(self._whole_key_header, msg.key).encode() + data
+        except Exception as exc:  # the parser's errors have no common base
+            raise RenderError(None, f"stored message: {type(exc).__name__}: {exc}") from exc
+        return Envelope(
+            message_id=msg.message_id, idempotency_key=msg.key, sender=sender, to=to,
+            subject=fields.subject, text=fields.text, html=fields.html, cc=cc, bcc=bcc,
+            reply_to=fields.reply_to, headers=fields.headers, attachments=fields.attachments,
+            return_path=self._return_path.for_row(msg.id) if self._return_path else None,
+            deliver_to=msg.pending_recipients if msg.settled else (),
+            wire_builder=lambda: wire,
+        )
 
     def _content(self, msg: ClaimedMessage) -> tuple[str, str | None, str | None]:
         text: str | None
@@ -334,6 +371,17 @@ def _checked(field: str, mailbox: Mailbox) -> Mailbox:
             or any(c in mailbox.address for c in " <>,;")):
         raise ValueError(f"{field} holds a malformed address")
     return mailbox
+
+
+_NOT_ENVELOPE = re.compile(r"[\x00-\x20\x7f\x85\u2028\u2029<>]")
+
+
+def _checked_envelope(address: str) -> str:
+    """A stored envelope address of a whole message, checked again before it goes into
+    an SMTP command: one token, no whitespace, control character or <>."""
+    if not address or _NOT_ENVELOPE.search(address):
+        raise ValueError("an envelope address is malformed")
+    return address
 
 
 _CONTENT_TYPE = re.compile(r"[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+")

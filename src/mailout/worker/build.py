@@ -15,7 +15,7 @@ from mailout.db import dialects, migrate
 from mailout.delivery import attempt
 from mailout.delivery.guards import Guards, load_registry, parse_domains
 from mailout.exceptions import ConfigError
-from mailout.message.render import Renderer
+from mailout.message.render import DEFAULT_KEY_HEADER, Renderer
 from mailout.message.templates import known_schemas
 from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import DEFAULT_HOST as DEFAULT_METRICS_HOST
@@ -64,10 +64,14 @@ def build_worker(
     # The key header: the relay preset's own, none for an HTTP API (the key travels in
     # its own field), else MAILOUT_IDEMPOTENCY_HEADER (informational over plain SMTP).
     key_header = settings.transport.key_header
+    # A message stored whole (Django's) gets a key header only when asked: the relay's
+    # own, or MAILOUT_IDEMPOTENCY_HEADER set.
     renderer = Renderer(settings.templates_dir, mail_from=settings.mail_from,
                         return_path=settings.return_path,
                         return_path_secret=settings.return_path_secret,
-                        idempotency_header=settings.idempotency_header
+                        idempotency_header=(settings.idempotency_header or DEFAULT_KEY_HEADER)
+                        if key_header == KEEP_HEADER else key_header,
+                        whole_key_header=settings.idempotency_header
                         if key_header == KEEP_HEADER else key_header)
     lanes = settings.lane_list(queues)
     guards = _guards(settings)

@@ -109,7 +109,9 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "redirect_to": ("MAILOUT_REDIRECT_TO", _address, None),
     "allow_domains": ("MAILOUT_ALLOW_DOMAINS", envparse.text, None),
     "templates": ("MAILOUT_TEMPLATES", envparse.text, "templates"),
-    "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", envparse.text, "Idempotency-Key"),
+    # None: Idempotency-Key on the messages mailout renders, none on messages stored
+    # whole (Django's), which go out as their author built them unless this is set.
+    "idempotency_header": ("MAILOUT_IDEMPOTENCY_HEADER", envparse.text, None),
     "mail_from": ("MAIL_FROM", envparse.text, None),
     "transport_url": ("MAILOUT_TRANSPORT", envparse.text, None),
     "return_path": ("MAILOUT_RETURN_PATH", _return_path, None),
@@ -152,7 +154,7 @@ class Settings:
     redirect_to: str | None
     allow_domains: str | None
     templates: str
-    idempotency_header: str
+    idempotency_header: str | None
     mail_from: str | None
     transport_url: str | None = field(repr=False)  # may hold a password or an API key
     transport: TransportSpec = field(repr=False)  # parsed at load, with its own variables
@@ -239,5 +241,5 @@ def _check_relations(s: Settings) -> None:
         raise ConfigError("MAIL_FROM", exc.reason) from None
     for name in ("idempotency_header",):
         value = getattr(s, name)
-        if not value or any(c in value for c in "\r\n: "):
+        if value is not None and (not value or any(c in value for c in "\r\n: ")):
             raise ConfigError(ENV_VARS[name], "must be a header name without spaces or colons")

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
@@ -67,6 +67,8 @@ class LaneRunner:
         self.ctx = ctx
         self.in_flight: dict[int, InFlight] = {}
         self._sending: set[int] = set()  # in flight and handed to the transport
+        # An ordered batch's last attempt started here: the next one waits for it.
+        self._batch_tails: dict[str, asyncio.Task[Completion]] = {}
         self.wake = asyncio.Event()
         # Queues with a send rate are claimed on their own, so each can be paced. A lane
         # over every queue (no queues named) claims the paced ones apart from the rest.
@@ -201,14 +203,21 @@ class LaneRunner:
                         "outcome is unknown", msg.id, msg.key,
                         extra={"event": "reclaimed", "outbox_id": msg.id, "key": msg.key})
         opts = self.worker.options
-        task = asyncio.create_task(
-            attempt.run(msg, self.ctx, pause_seconds=opts.pause_seconds,
-                        outage_seconds=opts.outage_seconds,
-                        on_send=functools.partial(self._sending.add, msg.id)),
-            name=f"mailout-send-{msg.id}",
-        )
+        run = functools.partial(attempt.run, msg, self.ctx, pause_seconds=opts.pause_seconds,
+                                outage_seconds=opts.outage_seconds,
+                                on_send=functools.partial(self._sending.add, msg.id))
+        before = self._batch_tails.get(msg.batch) if msg.batch else None
+        task = asyncio.create_task(run() if before is None else _after(before, run),
+                                   name=f"mailout-send-{msg.id}")
         self.in_flight[msg.id] = InFlight(msg, task, time.monotonic())
         task.add_done_callback(functools.partial(self._finished, msg))
+        if msg.batch:
+            self._batch_tails[msg.batch] = task
+            task.add_done_callback(functools.partial(self._batch_done, msg.batch))
+
+    def _batch_done(self, batch: str, task: asyncio.Task[Completion]) -> None:
+        if self._batch_tails.get(batch) is task:
+            del self._batch_tails[batch]
 
     def _finished(self, msg: ClaimedMessage, task: asyncio.Task[Completion]) -> None:
         flight = self.in_flight.pop(msg.id, None)
@@ -268,3 +277,11 @@ class LaneRunner:
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), seconds)
+
+
+async def _after(before: asyncio.Task[Completion],
+                 run: Callable[[], Awaitable[Completion]]) -> Completion:
+    """``run()`` once ``before`` (the previous message of an ordered batch) has
+    finished, however it ended."""
+    await asyncio.wait([before])
+    return await run()
