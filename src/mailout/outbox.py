@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
 from mailout.delivery.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
-from mailout.delivery.policy import QueuePolicy, RetryPolicy, parse_queue_policies
+from mailout.delivery.policy import MAX_AGE_SECONDS, QueuePolicy, RetryPolicy, parse_queue_policies
 from mailout.exceptions import IdempotencyConflict, InvalidMessage
 from mailout.message import addresses, compose, template_params, validate, whole
 from mailout.message.templates import resolve_variant, template_schema
@@ -37,9 +37,7 @@ DEFAULT_MAX_BYTES = 10_000_000  # a whole message after encoding (Postmark's, SE
 DEFAULT_MAX_ATTACHMENT_BYTES = 7_000_000
 DEFAULT_MAX_RECIPIENTS = 50
 DEFAULT_MAX_AGE = 24 * 3600.0
-# A message's age limit: beyond this a number is a mistake (and infinity or 1e300 do
-# not fit the databases' timestamps).
-MAX_EXPIRES_IN = 10 * 366 * 86400.0
+MAX_EXPIRES_IN = MAX_AGE_SECONDS  # a message's longest age limit (ten years)
 # Scheduled times every database stores, with room for expires_in after them.
 _SEND_AT_RANGE = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 DEFAULT_TEMPLATES = "templates"  # the worker's default MAILOUT_TEMPLATES (worker/config.py)
@@ -78,7 +76,7 @@ class EnqueueSettings:
             max_attachment_bytes=_positive(env, "MAILOUT_MAX_ATTACHMENT_BYTES",
                                                DEFAULT_MAX_ATTACHMENT_BYTES),
             max_recipients=_positive(env, "MAILOUT_MAX_RECIPIENTS", DEFAULT_MAX_RECIPIENTS),
-            max_age_seconds=_positive(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
+            max_age_seconds=_max_age(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
             queue_max_age=_queue_ages(env.get("MAILOUT_QUEUE_POLICIES")),
             notify=env.get("MAILOUT_NOTIFY", "1").strip().lower() not in ("0", "false", "no"),
         )
@@ -122,6 +120,15 @@ def _positive(env: Mapping[str, str], name: str, default: _N) -> _N:
     if not raw:
         return default
     return cast(_N, envparse.number(type(default), minimum=0, strict=True)(name, raw))
+
+
+def _max_age(env: Mapping[str, str], name: str, default: float) -> float:
+    """Setting ``name`` as an age limit in seconds, or ``default`` when unset."""
+    raw = env.get(name)
+    return float(_MAX_AGE(name, raw)) if raw else default
+
+
+_MAX_AGE = envparse.number(float, minimum=0, strict=True, maximum=MAX_AGE_SECONDS)
 
 
 def _domain_of(mailbox: str) -> str | None:

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from mailout.db.schema import messages
-from mailout.exceptions import IdempotencyConflict, InvalidMessage, RenderError
+from mailout.delivery.policy import MAX_AGE_SECONDS
+from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage, RenderError
 from mailout.message.render import Renderer
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
 from tests.unit.message.test_render import NOW, claimed
@@ -130,7 +131,8 @@ def test_a_conflicting_batch_writes_nothing_even_when_the_caller_commits(
 
 
 @pytest.mark.parametrize("name", ["Resent-Bcc", "Resent-To", "Resent-From", "Received",
-                                  "DKIM-Signature", "ARC-Seal", "Authentication-Results"])
+                                  "DKIM-Signature", "ARC-Seal", "Authentication-Results",
+                                  "Delivered-To", "X-Original-To"])
 def test_trace_resent_and_signature_fields_are_refused(engine: Engine, name: str) -> None:
     with pytest.raises(InvalidMessage, match=name) as caught:
         _enqueue(engine, headers={name: "x@example.com"})
@@ -143,3 +145,21 @@ def test_the_subject_is_stored_as_it_is_delivered(engine: Engine) -> None:
         stored = conn.execute(select(messages.c.subject)).scalar_one()
     delivered = RENDERER.render(claimed(subject=stored)).subject
     assert stored == delivered == "Your order shipped"
+
+
+@pytest.mark.parametrize("raw", ["1e300", "400000000"])
+def test_an_age_limit_no_enqueue_could_use_is_refused_by_the_settings(raw: str) -> None:
+    # 1e300 used to pass the settings check, and then every enqueue failed.
+    with pytest.raises(ConfigError) as caught:
+        EnqueueSettings.from_env({"MAILOUT_MAX_AGE_SECONDS": raw})
+    assert caught.value.setting == "MAILOUT_MAX_AGE_SECONDS"
+    with pytest.raises(ConfigError, match="MAILOUT_QUEUE_POLICIES"):
+        EnqueueSettings.from_env({"MAILOUT_QUEUE_POLICIES": f"bulk:max_age={raw}"})
+
+
+def test_the_longest_age_limit_the_settings_accept_enqueues(engine: Engine) -> None:
+    settings = EnqueueSettings.from_env({"MAILOUT_MAX_AGE_SECONDS": str(MAX_AGE_SECONDS),
+                                         "MAILOUT_MESSAGE_ID_DOMAIN": "example.com"})
+    with engine.begin() as conn:
+        assert enqueue(conn, to="a@example.com", subject="Hi", text="x", key="far",
+                       settings=settings).created

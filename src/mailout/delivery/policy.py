@@ -200,6 +200,9 @@ class QueuePolicy:
 
 # Sensible defaults for the conventional queues: a login code older than 15 minutes
 # is useless and better dead (with an alert); bulk mail may wait three days.
+# The longest age limit a message may have: beyond it a number is a mistake (and
+# infinity or 1e300 do not fit the databases' timestamps).
+MAX_AGE_SECONDS = 10 * 366 * 86400.0
 DEFAULT_MAX_AGE = {"critical": 15 * 60.0, "bulk": 3 * 86400.0}
 
 
@@ -260,9 +263,21 @@ def duration_seconds(text: str, *, bare_seconds: bool) -> float:
 def setting_seconds(text: str, setting: str) -> float:
     """A duration setting in seconds (bare numbers are seconds); ConfigError naming it."""
     try:
-        return duration_seconds(text, bare_seconds=True)
+        seconds = duration_seconds(text, bare_seconds=True)
     except ValueError as exc:
         raise ConfigError(setting, str(exc)) from None
+    if not 0 < seconds <= envparse.MAX_SECONDS:
+        raise ConfigError(setting, f"{text.strip()!r} must be more than 0 and at most "
+                          f"{envparse.MAX_SECONDS:g} seconds (100 years)")
+    return seconds
+
+
+def _max_age(text: str, setting: str) -> float:
+    seconds = setting_seconds(text, setting)
+    if seconds > MAX_AGE_SECONDS:
+        raise ConfigError(setting, f"max_age {text.strip()!r} is more than "
+                          f"{MAX_AGE_SECONDS:.0f} seconds (ten years)")
+    return seconds
 
 
 def parse_queue_policies(
@@ -300,7 +315,7 @@ def _apply(policy: QueuePolicy, body: str, where: str) -> QueuePolicy:
         if not eq:
             raise ConfigError(where, f"{item!r} should be key=value")
         if key == "max_age":
-            policy = replace(policy, max_age_seconds=setting_seconds(value, where))
+            policy = replace(policy, max_age_seconds=_max_age(value, where))
         elif key == "rate":
             policy = replace(policy, rate_per_second=_parsed(_RATE, value, where, key))
         elif key == "max_attempts":

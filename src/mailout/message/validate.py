@@ -38,10 +38,12 @@ BAD_HEADER_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 # character, and one there garbles what a mail client or a file system shows.
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 # Fields that servers and signers add on the way (RFC 5322 3.6.6-3.6.7, RFC 6376,
-# RFC 8617): given at enqueue they would forge a message's history or signature.
+# RFC 8617, and the delivering MTA's Delivered-To / X-Original-To, which mail loops
+# and filters rely on): given at enqueue they would forge a message's history.
 TRACE_HEADERS = frozenset({"received", "dkim-signature", "arc-seal",
                            "arc-message-signature", "arc-authentication-results",
-                           "authentication-results", "received-spf"})
+                           "authentication-results", "received-spf", "delivered-to",
+                           "x-original-to"})
 # Headers mailout writes itself; letting extras set them would break tracing or MIME.
 RESERVED_HEADERS = frozenset(
     {"message-id", "from", "to", "cc", "bcc", "subject", "date", "mime-version", "sender",

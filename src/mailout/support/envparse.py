@@ -17,10 +17,17 @@ from mailout.exceptions import ConfigError
 Parser = Callable[[str, str], Any]
 E = TypeVar("E", bound=StrEnum)
 
+# The longest duration a setting in seconds may name: 100 years. Far longer than any
+# age limit, lease or backoff means, and short enough that "now plus it" is still a
+# date every database and Python's datetime can hold (1e300 used to pass the check
+# and then fail every enqueue).
+MAX_SECONDS = 100 * 365 * 86400
 
-def number(kind: type[int] | type[float], *, minimum: float, strict: bool = False) -> Parser:
+
+def number(kind: type[int] | type[float], *, minimum: float, strict: bool = False,
+           maximum: float | None = None) -> Parser:
     """A parser of whole numbers (``int``) or numbers (``float``) of at least ``minimum``
-    (greater than it with ``strict``)."""
+    (greater than it with ``strict``), and at most ``maximum`` when given."""
 
     def parse(name: str, raw: str) -> Any:
         noun = "a whole number" if kind is int else "a number"
@@ -35,9 +42,19 @@ def number(kind: type[int] | type[float], *, minimum: float, strict: bool = Fals
         if value < minimum or (strict and value == minimum):
             bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
             raise ConfigError(name, f"must be {bound}, got {raw}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(name, f"must be at most {maximum:g}, got {raw}")
         return value
 
     return parse
+
+
+def seconds(name: str, raw: str) -> float:
+    """A duration in seconds: a number greater than 0 and at most :data:`MAX_SECONDS`."""
+    return float(_SECONDS(name, raw))
+
+
+_SECONDS = number(float, minimum=0, strict=True, maximum=MAX_SECONDS)
 
 
 def choice(kind: type[E]) -> Callable[[str, str], E]:

@@ -123,7 +123,7 @@ def api_key(address: str, scheme: str, setting: str) -> str:
     return key
 
 
-_SECONDS = envparse.number(float, minimum=0, strict=True)
+_SECONDS = envparse.seconds
 
 
 def _timeout(raw: str | None, setting: str) -> float:

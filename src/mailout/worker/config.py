@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mailout.delivery.policy import (
+    MAX_AGE_SECONDS,
     Lane,
     QueuePolicy,
     RetryPolicy,
@@ -75,28 +76,30 @@ def _policies(name: str, raw: str) -> str:
     return raw
 
 
-_POSITIVE = envparse.number(float, minimum=0, strict=True)
+_SECONDS = envparse.seconds  # every float setting here is a duration
+# An age limit longer than ten years passed the check and then failed every enqueue.
+_MAX_AGE = envparse.number(float, minimum=0, strict=True, maximum=MAX_AGE_SECONDS)
 
 # field -> (environment variable, parser, default)
 _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     "database_url": ("MAILOUT_DATABASE_URL", envparse.text, None),
-    "lease_seconds": ("MAILOUT_LEASE_SECONDS", _POSITIVE, 120.0),
-    "retry_base": ("MAILOUT_RETRY_BASE_SECONDS", _POSITIVE, 30.0),
-    "retry_cap": ("MAILOUT_RETRY_CAP_SECONDS", _POSITIVE, 3600.0),
+    "lease_seconds": ("MAILOUT_LEASE_SECONDS", _SECONDS, 120.0),
+    "retry_base": ("MAILOUT_RETRY_BASE_SECONDS", _SECONDS, 30.0),
+    "retry_cap": ("MAILOUT_RETRY_CAP_SECONDS", _SECONDS, 3600.0),
     "retry_factor": ("MAILOUT_RETRY_FACTOR", envparse.number(float, minimum=1), 2.0),
     "max_attempts": ("MAILOUT_MAX_ATTEMPTS", envparse.number(int, minimum=1), 8),
     "concurrency": ("MAILOUT_CONCURRENCY", envparse.number(int, minimum=1), 10),
     # None: 1 s on PostgreSQL (NOTIFY wakes workers sooner), 0.2 s on SQLite.
-    "poll_seconds": ("MAILOUT_POLL_SECONDS", _POSITIVE, None),
+    "poll_seconds": ("MAILOUT_POLL_SECONDS", _SECONDS, None),
     "listen": ("MAILOUT_LISTEN", envparse.boolean, True),
     "lanes": ("MAILOUT_LANES", _lanes, None),
     "queue_policies": ("MAILOUT_QUEUE_POLICIES", _policies, None),
-    "max_age": ("MAILOUT_MAX_AGE_SECONDS", _POSITIVE, 86400.0),
-    "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _POSITIVE, 30.0),
-    "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _POSITIVE, 600.0),
-    "outage_probe": ("MAILOUT_OUTAGE_PROBE_SECONDS", _POSITIVE, 5.0),
-    "outage_probe_cap": ("MAILOUT_OUTAGE_PROBE_CAP_SECONDS", _POSITIVE, 300.0),
-    "outage_alert": ("MAILOUT_OUTAGE_ALERT_SECONDS", _POSITIVE, 600.0),
+    "max_age": ("MAILOUT_MAX_AGE_SECONDS", _MAX_AGE, 86400.0),
+    "pause_seconds": ("MAILOUT_PAUSE_SECONDS", _SECONDS, 30.0),
+    "pause_cap": ("MAILOUT_PAUSE_CAP_SECONDS", _SECONDS, 600.0),
+    "outage_probe": ("MAILOUT_OUTAGE_PROBE_SECONDS", _SECONDS, 5.0),
+    "outage_probe_cap": ("MAILOUT_OUTAGE_PROBE_CAP_SECONDS", _SECONDS, 300.0),
+    "outage_alert": ("MAILOUT_OUTAGE_ALERT_SECONDS", _SECONDS, 600.0),
     "shutdown_grace": ("MAILOUT_SHUTDOWN_GRACE_SECONDS", envparse.number(float, minimum=0), 30.0),
     "alert_webhook": ("MAILOUT_ALERT_WEBHOOK", envparse.text, None),
     "on_unknown": ("MAILOUT_ON_UNKNOWN", envparse.choice(OnUnknown), OnUnknown.RESEND),

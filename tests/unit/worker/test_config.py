@@ -75,6 +75,10 @@ def test_the_password_is_never_in_repr() -> None:
         # float() reads these; a NaN passes every bound check, an endless limit is a typo.
         ({"MAILOUT_LEASE_SECONDS": "nan"}, "MAILOUT_LEASE_SECONDS"),
         ({"MAILOUT_MAX_AGE_SECONDS": "inf"}, "MAILOUT_MAX_AGE_SECONDS"),
+        # Finite but past what a database's timestamp holds: every enqueue would fail.
+        ({"MAILOUT_MAX_AGE_SECONDS": "1e300"}, "MAILOUT_MAX_AGE_SECONDS"),
+        ({"MAILOUT_MAX_AGE_SECONDS": "400000000"}, "MAILOUT_MAX_AGE_SECONDS"),
+        ({"MAILOUT_LEASE_SECONDS": "1e300"}, "MAILOUT_LEASE_SECONDS"),
         ({"MAILOUT_RETRY_CAP_SECONDS": "Infinity"}, "MAILOUT_RETRY_CAP_SECONDS"),
         ({"SMTP_TIMEOUT": "NaN"}, "SMTP_TIMEOUT"),
         ({"MAILOUT_LOG_SENDS": "every"}, "MAILOUT_LOG_SENDS"),

@@ -147,7 +147,7 @@ _VARIABLES: Final[dict[str, tuple[str, str, envparse.Parser]]] = {
     "username": ("SMTP_USER", "user", envparse.text),
     "password": ("SMTP_PASS", "pass", envparse.text),
     "tls": ("SMTP_TLS", "tls", _tls),
-    "timeout": ("SMTP_TIMEOUT", "timeout", envparse.number(float, minimum=0, strict=True)),
+    "timeout": ("SMTP_TIMEOUT", "timeout", envparse.seconds),
     "ca_file": ("SMTP_CA_FILE", "ca_file", envparse.text),
     "pool_size": ("SMTP_POOL_SIZE", "pool_size", envparse.number(int, minimum=1)),
     "pipelining": ("SMTP_PIPELINING", "pipelining", envparse.boolean),
