@@ -383,8 +383,9 @@ def enqueue_many(
     templates: dict[tuple[str, str | None], Checked] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
-    inserts.refuse_oversize(connection, rows)
-    stored = inserts.insert_messages(connection, rows, notify=settings.notify)
+    with inserts.schema_required():
+        inserts.refuse_oversize(connection, rows)
+        stored = inserts.insert_messages(connection, rows, notify=settings.notify)
     results: list[EnqueueResult] = []
     linked: list[tuple[int, Sequence[compose.AttachmentPart]]] = []
     conflict: IdempotencyConflict | None = None

@@ -7,17 +7,28 @@ the field and writes nothing; a batch is all or nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.support.pg import create_database, drop_database
 from sqlalchemy import Engine, func, select
 
+from mailout import db
 from mailout.db.schema import messages
 from mailout.delivery.policy import MAX_AGE_SECONDS
-from mailout.exceptions import ConfigError, IdempotencyConflict, InvalidMessage, RenderError
+from mailout.exceptions import (
+    ConfigError,
+    IdempotencyConflict,
+    InvalidMessage,
+    RenderError,
+    SchemaMissing,
+)
 from mailout.message.render import Renderer
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
+from tests.support import mysql
 from tests.unit.message.test_render import NOW, claimed
 
 SETTINGS = EnqueueSettings(message_id_domain="example.com")
@@ -163,3 +174,36 @@ def test_the_longest_age_limit_the_settings_accept_enqueues(engine: Engine) -> N
     with engine.begin() as conn:
         assert enqueue(conn, to="a@example.com", subject="Hi", text="x", key="far",
                        settings=settings).created
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
+def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database with no mailout tables, on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    if request.param == "postgresql":
+        url = create_database(request.getfixturevalue("pg_server_url"))
+        yield url
+        drop_database(url)
+        return
+    server = mysql.mysql_server_url()
+    if server is None:
+        pytest.skip(mysql.SKIP_REASON)
+    url = mysql.create_database(server)
+    yield url
+    mysql.drop_database(url)
+
+
+def test_enqueue_on_an_unmigrated_database_says_which_command_creates_the_tables(
+    unmigrated_url: str,
+) -> None:
+    # Before: the driver's 'relation "mailout_messages" does not exist' (or 'no such
+    # table', or 1146) reached the application, naming nothing to run.
+    engine = db.make_engine(unmigrated_url)
+    try:
+        with pytest.raises(SchemaMissing, match="mailout db upgrade"), engine.begin() as conn:
+            enqueue(conn, to="a@example.com", subject="Hi", text="x", key="k",
+                    settings=SETTINGS)
+    finally:
+        engine.dispose()

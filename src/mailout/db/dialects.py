@@ -22,6 +22,8 @@ MYSQL: Final = "mysql"  # MySQL 8 and MariaDB 10.6+: SQLAlchemy's one "mysql" di
 ER_DUP_ENTRY: Final = 1062  # a unique key already holds the value
 ER_LOCK_WAIT_TIMEOUT: Final = 1205  # innodb_lock_wait_timeout passed
 ER_LOCK_DEADLOCK: Final = 1213  # InnoDB chose this transaction as a deadlock victim
+ER_NO_SUCH_TABLE: Final = 1146  # the statement names a table that does not exist
+PG_UNDEFINED_TABLE: Final = "42P01"  # SQLSTATE undefined_table
 SQLITE_BUSY: Final = 5  # primary result code; extended ones (BUSY_SNAPSHOT) keep it in the low byte
 # What a statement carries besides its large values (its text, the other columns),
 # generously: a value is refused when it would leave less than this of the packet.
@@ -113,6 +115,20 @@ def is_lock_conflict(exc: BaseException) -> bool:
         return True
     # PostgreSQL: deadlock_detected and serialization_failure.
     return getattr(exc.orig, "sqlstate", None) in ("40P01", "40001")
+
+
+def is_missing_table(exc: BaseException, prefix: str = "mailout_") -> bool:
+    """Did the statement fail because a table named ``prefix...`` does not exist (the
+    schema was never migrated)? Read from the error itself: on PostgreSQL the
+    transaction is aborted, so nothing more can be asked of the database."""
+    if not isinstance(exc, DBAPIError) or exc.orig is None:
+        return False
+    orig = exc.orig
+    args = getattr(orig, "args", ())
+    if getattr(orig, "sqlstate", None) == PG_UNDEFINED_TABLE or (
+            args and args[0] == ER_NO_SUCH_TABLE):
+        return prefix in str(orig)
+    return str(orig).startswith(f"no such table: {prefix}")  # SQLite's wording
 
 
 def is_sqlite_busy(exc: BaseException) -> bool:

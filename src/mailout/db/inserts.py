@@ -8,7 +8,8 @@ the row that holds them; workers are woken by NOTIFY on commit (PostgreSQL). Lik
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,10 +27,11 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 
 from mailout.db import dialects, hot_statements
 from mailout.db.schema import Timestamp, db_now, db_now_plus, json_default, messages
-from mailout.exceptions import InvalidMessage
+from mailout.exceptions import InvalidMessage, SchemaMissing
 from mailout.models import Status
 
 # The columns that make two messages "the same" for idempotency.
@@ -37,6 +39,20 @@ CONTENT_COLUMNS = (
     "recipient", "sender", "queue", "template", "params", "subject", "body_text",
     "body_html", "headers", "addresses", "locale", "attachment_digest",
 )
+
+
+@contextmanager
+def schema_required() -> Iterator[None]:
+    """Turn the database's "no such table" for a mailout table into SchemaMissing, which
+    says what to run; without it an application on an unmigrated database meets the
+    driver's ``relation "mailout_messages" does not exist``."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if dialects.is_missing_table(exc):
+            raise SchemaMissing("the database has no mailout tables: run `mailout db "
+                                "upgrade` (or `manage.py migrate` with Django)") from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)
