@@ -163,3 +163,22 @@ def test_check_warns_when_the_ehlo_name_is_not_a_fully_qualified_one(
                         "domain name; relays may penalise or refuse it: set SMTP_EHLO (or "
                         "?ehlo= on the smtp:// URL) to this host's public name"], out
     assert smtp_server.ehlo_names == ["localhost"]  # the name the check gave
+
+
+@pytest.mark.parametrize("command", [["check"], ["worker", "--until-idle"]])
+def test_an_http_transport_without_the_http_extra_is_a_one_line_install_hint(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # httpx made unimportable for the real command, as in an install without mailout[http].
+    hidden = tmp_path / "hidden" / "httpx"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'httpx'\", name='httpx')\n")
+    env = {"PYTHONPATH": str(hidden.parent), "MAIL_FROM": "shop@example.com",
+           "MAILOUT_DATABASE_URL": f"sqlite:///{tmp_path / 'outbox.db'}",
+           "MAILOUT_TRANSPORT": "resend://re_secret_key"}
+    proc = mailout(*command, env=env, expect=None)
+    said = _one_line_error(proc, 1)
+    assert "pip install 'mailout[http]'" in said
+    assert len(said.strip().splitlines()) == 1, said
+    assert "re_secret_key" not in said
