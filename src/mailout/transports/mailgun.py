@@ -15,6 +15,7 @@ honouring Retry-After; 400 and 413 fail. ``mailout check`` reads
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import unquote
@@ -51,7 +52,10 @@ class MailgunProvider:
     def __init__(self, api_key: str, domain: str) -> None:
         self._auth = httpx.BasicAuth("api", api_key)
         self.domain = domain
-        self.secrets: tuple[str, ...] = (api_key,)
+        # The key, and the Basic credentials built from it: an error that echoes the
+        # request's Authorization header (a proxy's, a debugging server's) carries those.
+        basic = base64.b64encode(f"api:{api_key}".encode()).decode()
+        self.secrets: tuple[str, ...] = (api_key, basic, basic.rstrip("="))
 
     def build(self, envelope: Envelope) -> ApiRequest:
         to, cc, bcc = addressed(envelope)

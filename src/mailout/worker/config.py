@@ -129,7 +129,7 @@ ENV_VARS = {name: spec[0] for name, spec in _SPEC.items()}
 class Settings:
     """Everything a worker needs. Build it with :func:`load`."""
 
-    database_url: str | None
+    database_url: str | None = field(repr=False)  # may hold the database's password
     lease_seconds: float
     retry_base: float
     retry_cap: float
@@ -147,7 +147,7 @@ class Settings:
     outage_probe_cap: float  # the longest wait between probes
     outage_alert: float  # an outage this long fires the "outage" alert
     shutdown_grace: float
-    alert_webhook: str | None
+    alert_webhook: str | None = field(repr=False)  # a chat webhook's URL is its secret
     on_unknown: OnUnknown
     log_recipients: LogRecipients
     log_sends: LogSends

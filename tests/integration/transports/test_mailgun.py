@@ -13,7 +13,7 @@ from bench.support.providers.mailgun import FakeMailgun
 from bench.support.providers.server import Reply
 
 from mailout.transports.base import Decision
-from tests.integration.transports.http_api import send_full
+from tests.integration.transports.http_api import b64, send_full
 from tests.support.envelopes import PDF, PNG
 
 
@@ -59,3 +59,18 @@ async def test_each_documented_error_is_classified(
     fake.answer_always(reply)
     result = await send_full(fake, key="k-no-inline")
     assert (result.decision, result.reason, result.code) == (decision, reason, reply.status)
+
+
+async def test_an_error_echoing_the_basic_credentials_is_kept_without_them(
+    fake: FakeMailgun,
+) -> None:
+    # A proxy or debugging server that quotes the request's Authorization header back:
+    # base64("api:KEY") is the key, as readable as the key itself.
+    basic = b64(f"api:{fake.secret}".encode())
+    fake.answer_always(Reply(400, {"message": f"bad request (Authorization: Basic {basic})"}))
+    result = await send_full(fake)
+    assert result.text is not None
+    assert "bad request" in result.text
+    assert basic not in result.text
+    assert basic.rstrip("=") not in result.text
+    assert fake.secret not in result.text

@@ -122,3 +122,12 @@ def test_a_choice_setting_lists_its_values() -> None:
                                           r"got 'maybe'"):
         config.load(env={**BASE, "SMTP_TLS": "maybe"})
     assert config.load(env={**BASE, "MAILOUT_ON_UNKNOWN": " HOLD "}).on_unknown.value == "hold"
+
+
+def test_the_settings_repr_holds_no_password_or_webhook_url() -> None:
+    settings = config.load(env={**BASE, "MAILOUT_DATABASE_URL": "postgresql://u:Db-Pw-7731@h/db",
+                                "MAILOUT_ALERT_WEBHOOK": "https://hooks.example.com/T0/Tok-9931"})
+    shown = repr(settings)
+    assert "Db-Pw-7731" not in shown
+    assert "Tok-9931" not in shown
+    assert "lease_seconds=120.0" in shown  # the rest is still there to debug with
