@@ -45,6 +45,9 @@ class MessageFilter:
     created_from: datetime | None = None  # inclusive; naive means UTC
     created_to: datetime | None = None  # exclusive
     search: str | None = None
+    # False for a viewer who may not see addresses: a search by address would still
+    # tell them whether someone is a customer (1 row or 0), so it matches nothing.
+    search_recipients: bool = True
 
     def __post_init__(self) -> None:
         for status in self.statuses:
@@ -75,7 +78,7 @@ class MessageFilter:
         if self.created_to is not None:
             out.append(messages.c.created_at < _utc(self.created_to))
         if self.search and self.search.strip():
-            out.append(_search(self.search.strip()))
+            out.append(_search(self.search.strip(), self.search_recipients))
         return out
 
 
@@ -84,7 +87,7 @@ def _utc(moment: datetime) -> datetime:
     return (aware(moment) or moment).astimezone(UTC)
 
 
-def _search(term: str) -> ColumnElement[bool]:
+def _search(term: str, recipients: bool) -> ColumnElement[bool]:
     bare = term.strip("<>")
     found: list[ColumnElement[bool]] = [
         messages.c.idempotency_key == term,
@@ -92,8 +95,9 @@ def _search(term: str) -> ColumnElement[bool]:
         # IS NOT NULL lets the partial index on provider ids serve this lookup.
         and_(messages.c.provider_message_id.is_not(None),
              messages.c.provider_message_id.in_([term, bare])),
-        messages.c.recipient.in_(sorted({term, term.lower()})),
     ]
+    if recipients:
+        found.append(messages.c.recipient.in_(sorted({term, term.lower()})))
     if term.isdigit() and len(term) < 19:  # fits a BIGINT
         found.append(messages.c.id == int(term))
     return or_(*found)

@@ -40,9 +40,12 @@ def _moment(text: str) -> datetime:
 
 
 def parse(params: ImmutableMultiDict[str, Any] | Mapping[str, Any],
-          now: datetime | None = None) -> ParsedFilter:
+          now: datetime | None = None, *, sees_addresses: bool = True) -> ParsedFilter:
     """Read ``status`` (repeatable), ``queue``, ``template``, ``span`` (1h, 24h, 7d,
-    30d), ``from``/``to`` (ISO date-times, UTC when no zone) and ``q`` (search)."""
+    30d), ``from``/``to`` (ISO date-times, UTC when no zone) and ``q`` (search).
+
+    Without ``sees_addresses`` the search never matches a recipient address, and an
+    address searched for is an error saying so."""
     getlist = params.getlist if isinstance(params, ImmutableMultiDict) else (
         lambda k: [params[k]] if k in params else [])
     errors: list[str] = []
@@ -77,7 +80,10 @@ def parse(params: ImmutableMultiDict[str, Any] | Mapping[str, Any],
                 start = moment if start is None else max(start, moment)
             else:
                 end = moment
+    if raw["q"] and "@" in raw["q"] and not sees_addresses:
+        errors.append("your role cannot search by recipient address")
     flt = MessageFilter(statuses=tuple(statuses), queue=raw["queue"] or None,
                         template=raw["template"] or None, created_from=start,
-                        created_to=end, search=raw["q"] or None)
+                        created_to=end, search=raw["q"] or None,
+                        search_recipients=sees_addresses)
     return ParsedFilter(flt, raw, errors)

@@ -46,7 +46,7 @@ def _cursor(request: Request, key: str) -> int | None:
 
 
 def messages(c: Console, request: Request, me: Identity, _form: FormData | None) -> Response:
-    parsed = filters.parse(request.query_params)
+    parsed = filters.parse(request.query_params, sees_addresses=me.sees_personal)
     before, after = _cursor(request, "before"), _cursor(request, "after")
     with c.engine.connect() as conn:
         page = browse.browse(conn, parsed.filter, before=before,

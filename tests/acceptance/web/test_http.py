@@ -160,6 +160,21 @@ def test_read_only_role_sees_but_cannot_act(console: ConsoleServer, engine: Engi
     assert audit_count(engine) == 0
 
 
+def test_read_only_role_cannot_learn_whether_an_address_is_a_customer(
+        console: ConsoleServer, failed_id: int) -> None:
+    # Before: q=dana@... listed 1 row and q=nobody@... 0, to a role that sees masks only.
+    link = f'href="/messages/{failed_id}"'
+    for who in ("dana@example.com", "nobody@example.com"):
+        page = httpx.get(f"{console.url}/messages", params={"q": who}, headers=READONLY).text
+        assert link not in page
+        assert "cannot search by recipient address" in page
+    by_key = httpx.get(f"{console.url}/messages", params={"q": "k-1"}, headers=READONLY).text
+    assert link in by_key  # other searches still work
+    admin = httpx.get(f"{console.url}/messages", params={"q": "dana@example.com"},
+                      headers=ADMIN).text
+    assert link in admin
+
+
 def test_bearer_admin_acts_with_its_name_in_the_audit_log(
     console: ConsoleServer, engine: Engine, failed_id: int,
 ) -> None:
