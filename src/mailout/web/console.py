@@ -26,7 +26,10 @@ from mailout.web.auth import CSRF_FIELD, Gate, Identity, csrf_ok, csrf_token
 from mailout.web.settings import WebSettings
 
 Handler = Callable[["Console", Request, Identity, FormData | None], Response]
-_LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
+# A path inside the app: one slash, then no slash or backslash (//host and /\host are
+# other hosts to a browser), and no space, control character or backslash anywhere
+# (browsers drop tabs and newlines, so "/<TAB>/evil.example" is //evil.example).
+_LOCAL_PATH = re.compile(r"/(?![/\\])[^\x00-\x20\x7f-\x9f\\]*")
 # Pages hold addresses and message content: never keep them in a shared cache.
 _NO_STORE = {"Cache-Control": "no-store"}
 
@@ -57,6 +60,7 @@ class Console:
         html = self.templates.get_template(template).render(
             request=request, me=identity, csrf=csrf_token(request), csrf_field=CSRF_FIELD,
             url=lambda route, query=None, /, **path: self.url(request, route, query, **path),
+            local_url=lambda target, fallback: self.local_url(request, target, fallback),
             flash=flash, login_form=self.gate.uses_login, **context,
         )
         return HTMLResponse(html, status_code=status, headers=_NO_STORE)
@@ -65,11 +69,16 @@ class Console:
                 message: str) -> HTMLResponse:
         return self.page(request, identity, "problem.html", status=status, message=message)
 
+    def local_url(self, request: Request, target: str | None, fallback: str) -> str:
+        """``target`` under the app's root if it is a path inside the app, else route
+        ``fallback``: the one check for every ``next`` (redirects and Back links)."""
+        if target and _LOCAL_PATH.fullmatch(target):
+            return str(request.scope.get("root_path", "")) + target
+        return self.url(request, fallback)
+
     def redirect_local(self, request: Request, target: str | None, fallback: str) -> Response:
         """303 to ``target`` if it is a path inside the app, else to route ``fallback``."""
-        if target and _LOCAL_PATH.fullmatch(target):
-            return RedirectResponse(request.scope.get("root_path", "") + target, 303)
-        return RedirectResponse(self.url(request, fallback), 303)
+        return RedirectResponse(self.local_url(request, target, fallback), 303)
 
 
 def query_string(query: Mapping[str, Any]) -> str:

@@ -175,6 +175,28 @@ def test_read_only_role_cannot_learn_whether_an_address_is_a_customer(
     assert link in admin
 
 
+@pytest.mark.parametrize("target", ["/\\evil.example", "/\t/evil.example", "//evil.example",
+                                    "/\n/evil.example", "https://evil.example/"])
+def test_a_next_that_leaves_the_console_is_replaced_in_links_and_redirects(
+        console: ConsoleServer, failed_id: int, target: str) -> None:
+    client = logged_in(console.url)
+    page = client.get("/confirm", params={"action": "retry", "id": str(failed_id),
+                                          "next": target}).text
+    [back] = re.findall(r'<a href="([^"]*)">Back, change nothing</a>', page)
+    assert back == "/messages"
+    done = client.post("/act", data={"action": "retry", "id": str(failed_id), "next": target,
+                                     "csrf": csrf_of(page)})
+    assert done.status_code == 303
+    assert done.headers["location"] == "/messages"
+
+
+def test_a_next_inside_the_console_is_kept(console: ConsoleServer, failed_id: int) -> None:
+    client = logged_in(console.url)
+    page = client.get("/confirm", params={"action": "retry", "id": str(failed_id),
+                                          "next": "/messages?status=failed"}).text
+    assert '<a href="/messages?status=failed">Back, change nothing</a>' in page
+
+
 def test_bearer_admin_acts_with_its_name_in_the_audit_log(
     console: ConsoleServer, engine: Engine, failed_id: int,
 ) -> None:
