@@ -18,7 +18,7 @@ from mailout.exceptions import ConfigError
 from mailout.web import mailview, operate, pages, present
 from mailout.web.auth import Authenticate, Gate
 from mailout.web.console import Console, handle
-from mailout.web.security import SecurityHeaders
+from mailout.web.security import AllowedHosts, SecurityHeaders
 from mailout.web.settings import TOKEN_ENV, WebSettings
 
 HERE = Path(__file__).parent
@@ -57,7 +57,10 @@ def create_app(
         templates=present.environment(jinja2.FileSystemLoader(HERE / "templates")),
         renderer=mailview.renderer_for(settings),
     )
+    # A host app that mounts the console behind its own auth answers to its own names.
+    hosts = [] if authenticate is not None else [Middleware(AllowedHosts, hosts=settings.hosts)]
     app = Starlette(routes=_routes(), middleware=[
+        *hosts,
         Middleware(SecurityHeaders),
         Middleware(SessionMiddleware, secret_key=settings.session_key(),
                    session_cookie=SESSION_COOKIE, max_age=settings.session_seconds,

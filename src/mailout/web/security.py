@@ -9,6 +9,7 @@ could not run.
 from __future__ import annotations
 
 from starlette.datastructures import MutableHeaders
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CONSOLE_CSP = (
@@ -65,3 +66,31 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def host_name(header: str) -> str:
+    """The name part of a ``Host`` header: no port, no brackets, lower case, no final
+    dot (``[::1]:8126`` gives ``::1``, ``Shop.Example.:443`` gives ``shop.example``)."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else ""
+    return value.rpartition(":")[0].rstrip(".") if ":" in value else value.rstrip(".")
+
+
+class AllowedHosts:
+    """ASGI middleware: a request whose ``Host`` is not one of ``hosts`` gets 400 and
+    reaches nothing. It stops DNS rebinding, where a page under the attacker's name
+    resolves to 127.0.0.1: its requests carry that name as Host, and as Origin."""
+
+    def __init__(self, app: ASGIApp, hosts: tuple[str, ...]) -> None:
+        self.app = app
+        self.hosts = frozenset(hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if host_name(raw) not in self.hosts:
+                await PlainTextResponse("unknown host name: set MAILOUT_WEB_HOSTS",
+                                        status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,10 @@ READONLY_TOKEN_ENV = "MAILOUT_WEB_READONLY_TOKEN"  # noqa: S105
 SECRET_ENV = "MAILOUT_WEB_SECRET"  # noqa: S105
 READONLY_RECIPIENTS_ENV = "MAILOUT_WEB_READONLY_RECIPIENTS"
 SECURE_COOKIE_ENV = "MAILOUT_WEB_SECURE_COOKIE"
+HOSTS_ENV = "MAILOUT_WEB_HOSTS"
+# The names a browser on this machine uses. A DNS-rebinding page reaches the console
+# under its own name (rebind.evil.example resolving to 127.0.0.1): refused by Host.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 MIN_TOKEN = 16  # characters: a token is the whole of the authentication
 SESSION_SECONDS = 8 * 3600
 # The worker's settings of the same names (see mailout.worker.config), read here without
@@ -47,6 +52,9 @@ class WebSettings:
     templates_dir: Path | None = None
     mail_from: str | None = None  # the From of rendered messages; None: no rendering
     idempotency_header: str = "Idempotency-Key"
+    # Host names the console answers to; MAILOUT_WEB_HOSTS adds the public name behind
+    # a proxy. Not applied when a host app mounts the console with its own auth hook.
+    hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
     def __post_init__(self) -> None:
         for env, value in ((TOKEN_ENV, self.token), (READONLY_TOKEN_ENV, self.readonly_token)):
@@ -84,6 +92,7 @@ class WebSettings:
             templates_dir=Path(templates),
             mail_from=get(MAIL_FROM_ENV),
             idempotency_header=get(IDEMPOTENCY_HEADER_ENV) or "Idempotency-Key",
+            hosts=LOOPBACK_HOSTS + _host_names(env.get(HOSTS_ENV) or ""),
         )
 
 
@@ -93,3 +102,16 @@ def _choice(env: Mapping[str, str], name: str, default: str, other: str) -> bool
     if value not in (default, other):
         raise ConfigError(name, f"must be {default} or {other}, got {value!r}")
     return value == other
+
+
+_HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[?[0-9a-f:.]+\]?")
+
+
+def _host_names(raw: str) -> tuple[str, ...]:
+    """``MAILOUT_WEB_HOSTS``: comma-separated host names (no ports, no wildcards)."""
+    names = tuple(n.strip().lower().rstrip(".") for n in raw.split(",") if n.strip())
+    for name in names:
+        if not _HOST_NAME.fullmatch(name):
+            raise ConfigError(HOSTS_ENV, f"{name!r} is not a host name (give names such as "
+                                         "mail-admin.example.com, comma-separated, no port)")
+    return tuple(n.strip("[]") for n in names)

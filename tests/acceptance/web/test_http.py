@@ -20,9 +20,11 @@ from starlette.requests import Request
 from starlette.routing import Mount
 
 from mailout import db
-from mailout.db.schema import audit, messages
+from mailout.db.schema import audit, messages, pauses
+from mailout.exceptions import ConfigError
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.web import Identity, Role, create_app
+from mailout.web.settings import WebSettings
 from tests.acceptance.cli.test_main import MAILOUT, clean_env, free_port
 from tests.support.webconsole import (
     ADMIN_TOKEN,
@@ -195,6 +197,40 @@ def test_a_next_inside_the_console_is_kept(console: ConsoleServer, failed_id: in
     page = client.get("/confirm", params={"action": "retry", "id": str(failed_id),
                                           "next": "/messages?status=failed"}).text
     assert '<a href="/messages?status=failed">Back, change nothing</a>' in page
+
+
+def test_dns_rebinding_cannot_read_or_act_on_a_console_without_auth(
+        db_url: str, engine: Engine, failed_id: int) -> None:
+    # `mailout web --no-auth` on loopback; a page under rebind.evil.example whose name
+    # now resolves to 127.0.0.1 sends its own name as Host, and as Origin.
+    with serve_console(db_url, settings=console_settings(token=None, readonly_token=None),
+                       anonymous=True) as console:
+        evil = f"rebind.evil.example:{console.port}"
+        page = httpx.get(f"{console.url}/messages/{failed_id}", headers={"Host": evil})
+        assert page.status_code == 400
+        assert "dana@example.com" not in page.text
+        acted = httpx.post(f"{console.url}/act", headers={"Host": evil,
+                                                          "Origin": f"http://{evil}"},
+                           data={"action": "pause", "kind": "queue", "name": "default"})
+        assert acted.status_code == 400
+        for host in (f"127.0.0.1:{console.port}", f"localhost:{console.port}",
+                     f"[::1]:{console.port}", f"LOCALHOST.:{console.port}"):
+            assert httpx.get(f"{console.url}/", headers={"Host": host}).status_code == 200
+    assert audit_count(engine) == 0
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(pauses)).scalar_one() == 0
+
+
+def test_the_public_name_behind_a_proxy_is_added_by_a_setting(db_url: str) -> None:
+    settings = WebSettings.from_env({"MAILOUT_WEB_TOKEN": ADMIN_TOKEN,
+                                     "MAILOUT_WEB_HOSTS": "Mail-Admin.example.com"})
+    with serve_console(db_url, settings=settings) as console:
+        ok = httpx.get(f"{console.url}/", headers={**ADMIN, "Host": "mail-admin.example.com"})
+        assert ok.status_code == 200
+        other = httpx.get(f"{console.url}/", headers={**ADMIN, "Host": "other.example.com"})
+        assert other.status_code == 400
+    with pytest.raises(ConfigError, match="MAILOUT_WEB_HOSTS"):
+        WebSettings.from_env({"MAILOUT_WEB_HOSTS": "*.example.com"})
 
 
 def test_bearer_admin_acts_with_its_name_in_the_audit_log(
