@@ -157,7 +157,7 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
     if worker.halted is not None:
         # --until-idle with a transport that cannot send: say why, in one line, and
         # exit with a code a script can tell from a crash (1) or a usage error (2).
-        click.echo(f"mailout: stopped: {worker.halted}", err=True)
+        click.echo(f"mailout: stopped: {terminal.one_line(worker.halted)}", err=True)
         raise click.exceptions.Exit(EXIT_TRANSPORT_DOWN)
     if until_idle:
         click.echo(f"idle: {worker.sent} sent")
@@ -381,9 +381,9 @@ def check_cmd(obj: dict[str, Any]) -> None:
     ok_transport, line, warnings = preflight.check_transport(settings.transport)
     results = [preflight.check_database(settings.database_url), (ok_transport, line)]
     for ok, said in results:
-        click.echo(("ok     " if ok else "FAILED ") + said)
+        click.echo(("ok     " if ok else "FAILED ") + terminal.one_line(said))
     for warning in warnings:  # worth fixing, but sending works: the exit status stays 0
-        click.echo("WARN   " + warning)
+        click.echo("WARN   " + terminal.one_line(warning))
     if not all(ok for ok, _ in results):
         raise click.exceptions.Exit(1)
 

@@ -12,33 +12,15 @@ markup is switched off. ``--json`` output does not come here: it stays exact.
 from __future__ import annotations
 
 import io
-import re
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), the
-# Unicode line and paragraph separators, and the bidi overrides that reorder what
-# follows them on screen.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+from mailout.support.visible import clean, one_line
 
-
-def _visible(match: re.Match[str]) -> str:
-    return match.group().encode("unicode_escape").decode("ascii")
-
-
-def clean(value: object) -> str:
-    """``value`` as text with every control character written out (ESC as ``\\x1b``);
-    None as ``-``. For lines printed without Rich (``click.echo``)."""
-    return _CONTROL.sub(_visible, "-" if value is None else str(value))
-
-
-def one_line(value: object) -> str:
-    """:func:`clean`, with tabs and line breaks written out too: for one table cell
-    or one line of a report."""
-    return clean(value).replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+__all__ = ["clean", "console", "one_line", "plain"]
 
 
 def plain(value: object, style: str = "") -> Text:

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from mailout.models import ClaimedMessage, Completion, Outcome
+from mailout.support import visible
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -97,6 +98,15 @@ def redact_addresses(text: str, mode: LogRecipients = LogRecipients.MASKED) -> s
     return _ADDRESS.sub(lambda m: mask_address(m.group(0)), text)
 
 
+class TextFormatter(logging.Formatter):
+    """One line per event, with control characters and line breaks in it written out:
+    a reply text or an address in a message cannot drive the terminal that tails the
+    log, nor forge a line of it. A traceback, which is ours, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return visible.one_line(super().formatMessage(record))
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, then the ``extra`` fields.
 
@@ -139,7 +149,7 @@ def configure_logging(
     kind = LogFormat(str(fmt).lower())
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if kind is LogFormat.JSON else
-                         logging.Formatter(TEXT_FORMAT))
+                         TextFormatter(TEXT_FORMAT))
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
