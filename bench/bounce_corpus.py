@@ -114,7 +114,10 @@ def fetch_sdist(sdist: Sdist, root: Path | None = None) -> Path:
         return target
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
+        # --no-binary for this one package only: with ":all:" pip also builds the
+        # sdist's build backend (and its build dependencies) from source to read its
+        # metadata, which took over 300 s on a loaded machine.
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", sdist.name,
                "--no-deps", "--dest", tmp,
                f"{sdist.name}=={sdist.version}"]
         try:
