@@ -168,15 +168,24 @@ def _post_once(url: str, body: bytes, deadline: float) -> str | None:
                                            context=ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=deadline)
-    # The socket timeout bounds each read only; this bounds the whole exchange.
+    # The socket timeout bounds each read only; this bounds the whole exchange. The
+    # socket is kept here: a closing answer (HTTP/1.0, Connection: close) detaches it
+    # from ``conn`` once the head is read, and the body is read from it after that.
     expired = threading.Event()
-    timer = threading.Timer(deadline, _cut, (conn, expired))
+    sockets: list[socket.socket] = []
+    timer = threading.Timer(deadline, _cut, (sockets, expired))
     timer.start()
     try:
+        conn.connect()
+        sockets.append(conn.sock)
+        if expired.is_set():  # the deadline passed while connecting
+            raise TimeoutError
         conn.request("POST", target, body=body,
                      headers={"Content-Type": "application/json", "User-Agent": "mailout"})
         response = conn.getresponse()
         response.read(MAX_ANSWER)
+        if expired.is_set():  # the read ended because the deadline cut it short
+            raise TimeoutError
         status = response.status
     except (OSError, http.client.HTTPException) as exc:
         if expired.is_set() or isinstance(exc, TimeoutError):
@@ -192,10 +201,9 @@ def _post_once(url: str, body: bytes, deadline: float) -> str | None:
     return f"HTTP {status}"
 
 
-def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+def _cut(sockets: list[socket.socket], expired: threading.Event) -> None:
     """End an exchange that ran past its deadline: the blocked read then fails."""
     expired.set()
-    sock = conn.sock
-    if sock is not None:
+    for sock in sockets:
         with contextlib.suppress(OSError):  # already closed
             sock.shutdown(socket.SHUT_RDWR)

@@ -21,6 +21,7 @@ class _Recorder(BaseHTTPRequestHandler):
     seen: list[tuple[str, str]]
     status = 204
     location = ""
+    head: bytes = b""  # sent at once, before the drip
     drip: bytes = b""  # sent a byte at a time, drip_every seconds apart, before the status
     drip_every = 0.2
     cut_off: threading.Event
@@ -31,6 +32,8 @@ class _Recorder(BaseHTTPRequestHandler):
         self.seen.append((self.command, self.path))
         if self.drip:
             try:
+                self.wfile.write(self.head)
+                self.wfile.flush()
                 for byte in self.drip:
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
@@ -91,6 +94,21 @@ def test_a_byte_at_a_time_answer_is_cut_off_at_the_deadline() -> None:
         alerts.close(timeout=30)
         assert alerts.stats == {"delivered": 0, "failed": 1, "dropped": 0}
         assert hook.cut_off.wait(10)  # the server saw the client hang up mid-answer
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.0 200 OK\r\nContent-Length: 40\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 40\r\n\r\n",
+])
+def test_a_closing_answer_whose_body_trickles_is_cut_off_at_the_deadline(head: bytes) -> None:
+    # A closing answer detaches the socket from the connection once its head is read:
+    # the cut used to find no socket, and the body's 40 bytes held the alert 20 s.
+    for base, hook in _serve(head=head, drip=b"x" * 40, drip_every=0.5):
+        alerts = Alerts(webhook_url=f"{base}/alerts", tries=1, timeout=1.0)
+        alerts.fire(Alert("dead", "message 1 is dead"))
+        assert hook.cut_off.wait(10)  # the client hung up mid-body, within the deadline
+        alerts.close(timeout=30)
+        assert alerts.stats == {"delivered": 0, "failed": 1, "dropped": 0}
 
 
 def test_a_2xx_answer_is_delivered() -> None:
