@@ -22,7 +22,10 @@ See docs/observability.md for every metric, the alert rules and the dashboard.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -338,10 +341,32 @@ class _Server(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        # One deadline for the whole exchange: the socket timeout bounds each read only,
+        # and a client sending a header byte every few seconds would hold its slot for
+        # ever (16 such clients held every slot, and /healthz failed).
+        cut = threading.Timer(self.connection_timeout, _hang_up, (request,))
+        cut.daemon = True
+        cut.start()
         try:
             super().process_request_thread(request, client_address)
         finally:
+            cut.cancel()
             self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away (or was cut off) is routine: no traceback on stderr.
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError | ValueError):  # ValueError: I/O on the closed file
+            log.debug("metrics http: client dropped (%s)", type(error).__name__,
+                      extra={"event": "metrics_client_dropped"})
+            return
+        log.exception("metrics http: request failed", extra={"event": "metrics_http_failed"})
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """End a connection that outlived its deadline: its blocked read returns at once."""
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):

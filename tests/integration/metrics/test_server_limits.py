@@ -8,7 +8,9 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -121,3 +123,55 @@ def test_idle_metrics_sockets_do_not_stop_the_worker_sending(
         proc.terminate()
         proc.wait(timeout=30)
         engine.dispose()
+
+
+def _answers(url: str) -> bool:
+    """Whether the server answers at all (a worker not running answers 503)."""
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def test_clients_trickling_a_request_cannot_hold_every_slot(
+    sqlite_url: str, smtp_server: SmtpTestServer, capfd: pytest.CaptureFixture[str],
+) -> None:
+    """16 clients each send a header byte well within the per-read timeout, for ever;
+    one deadline per connection frees their slots, /healthz answers again, and the
+    clients cut off leave no traceback behind."""
+    worker = build_worker(settings_for(sqlite_url, smtp_server), observer=PrometheusObserver())
+    stop = threading.Event()
+
+    def trickle() -> None:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 10_000:
+                if stop.wait(0.3):
+                    return
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    return  # cut off: what the server must do
+
+    try:
+        with start_metrics_server(0, worker, max_connections=16, timeout=2.0) as server:
+            clients = [threading.Thread(target=trickle, daemon=True) for _ in range(16)]
+            for client in clients:
+                client.start()
+            deadline = time.monotonic() + 60
+            while _answers(server.url):  # until the tricklers hold every slot
+                assert time.monotonic() < deadline, "the tricklers never held the slots"
+                time.sleep(0.05)
+            while not _answers(server.url):  # until the tricklers are cut off
+                assert time.monotonic() < deadline, "every slot stayed held"
+                time.sleep(0.1)
+            stop.set()
+            for client in clients:
+                client.join(10)
+    finally:
+        stop.set()
+        worker.engine.dispose()
+    said = capfd.readouterr()
+    assert "Traceback" not in said.err + said.out
