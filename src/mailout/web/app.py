@@ -18,7 +18,7 @@ from mailout.exceptions import ConfigError
 from mailout.web import mailview, operate, pages, present
 from mailout.web.auth import Authenticate, Gate
 from mailout.web.console import Console, handle
-from mailout.web.security import AllowedHosts, SecurityHeaders
+from mailout.web.security import AllowedHosts, BodyLimit, SecurityHeaders
 from mailout.web.settings import TOKEN_ENV, WebSettings
 
 HERE = Path(__file__).parent
@@ -61,6 +61,7 @@ def create_app(
     hosts = [] if authenticate is not None else [Middleware(AllowedHosts, hosts=settings.hosts)]
     app = Starlette(routes=_routes(), middleware=[
         *hosts,
+        Middleware(BodyLimit),
         Middleware(SecurityHeaders),
         Middleware(SessionMiddleware, secret_key=settings.session_key(),
                    session_cookie=SESSION_COOKIE, max_age=settings.session_seconds,

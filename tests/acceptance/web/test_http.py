@@ -233,6 +233,54 @@ def test_the_public_name_behind_a_proxy_is_added_by_a_setting(db_url: str) -> No
         WebSettings.from_env({"MAILOUT_WEB_HOSTS": "*.example.com"})
 
 
+def _raw_post(port: int, head: bytes, chunk: bytes, limit: int) -> tuple[bytes, int]:
+    """POST ``head`` then ``chunk`` again and again, up to ``limit`` bytes, until the
+    server answers; returns its answer and how many body bytes went out."""
+    import socket
+
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        sock.setblocking(False)
+        answer = b""
+        while sent < limit and not answer:
+            try:
+                answer = sock.recv(65536)
+            except BlockingIOError:
+                pass
+            try:
+                sock.sendall(chunk)
+                sent += len(chunk)
+            except (BlockingIOError, OSError):
+                time.sleep(0.01)
+        sock.setblocking(True)
+        while not answer.endswith(b"\r\n\r\n") and b"\r\n\r\n" not in answer:
+            more = sock.recv(65536)
+            if not more:
+                break
+            answer += more
+    return answer, sent
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_oversized_body_is_refused_before_it_is_parsed(console: ConsoleServer,
+                                                         chunked: bool) -> None:
+    # Before: a 300 MiB multipart login POST was spooled to a temporary file, then 403.
+    part = b"--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\r\n\r\n"
+    head = (b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n")
+    block = b"x" * 65536
+    if chunked:
+        head += b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(part), part)
+        chunk = b"%x\r\n%s\r\n" % (len(block), block)
+    else:
+        head += b"Content-Length: %d\r\n\r\n%s" % (300 * 2**20, part)
+        chunk = block
+    answer, sent = _raw_post(console.port, head, chunk, limit=300 * 2**20)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert sent < 16 * 2**20  # refused early: not after reading the 300 MiB
+
+
 def test_bearer_admin_acts_with_its_name_in_the_audit_log(
     console: ConsoleServer, engine: Engine, failed_id: int,
 ) -> None:
