@@ -1,3 +1,6 @@
+import os
+import tempfile
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -22,3 +25,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
+# The console keeps a made secret and ended sessions in a state directory (default
+# ~/.local/state/mailout): the tests', and the processes they start, use their own.
+os.environ.setdefault("MAILOUT_WEB_STATE_DIR", tempfile.mkdtemp(prefix="mailout-web-state-"))

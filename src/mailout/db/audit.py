@@ -37,6 +37,9 @@ class AuditAction(enum.StrEnum):
     PAUSE = "pause"  # stopped a queue or template on every worker
     RESUME = "resume"  # undid a pause
     PURGE = "purge"  # deleted old finished rows
+    SIGN_IN = "sign_in"  # opened a console session (target: the client address)
+    SIGN_IN_FAILED = "sign_in_failed"  # a console sign-in with a wrong token
+    SIGN_OUT = "sign_out"  # ended a console session
 
 
 @dataclass(frozen=True, slots=True)

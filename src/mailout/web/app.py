@@ -51,9 +51,9 @@ def create_app(
                                      "or pass an authenticate hook when mounting the console")
     engine = database if isinstance(database, Engine) else db.make_engine(database)
     migrate.require_schema(engine)
+    gate = Gate(settings, anonymous=anonymous, authenticate=authenticate)
     console = Console(
-        engine=engine, settings=settings,
-        gate=Gate(settings, anonymous=anonymous, authenticate=authenticate),
+        engine=engine, settings=settings, gate=gate,
         templates=present.environment(jinja2.FileSystemLoader(HERE / "templates")),
         renderer=mailview.renderer_for(settings),
     )
@@ -63,7 +63,7 @@ def create_app(
         *hosts,
         Middleware(BodyLimit),
         Middleware(SecurityHeaders),
-        Middleware(SessionMiddleware, secret_key=settings.session_key(),
+        Middleware(SessionMiddleware, secret_key=gate.secret,
                    session_cookie=SESSION_COOKIE, max_age=settings.session_seconds,
                    same_site="strict", https_only=settings.secure_cookie),
     ])

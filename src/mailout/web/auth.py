@@ -19,7 +19,6 @@ this host.
 from __future__ import annotations
 
 import enum
-import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
@@ -28,10 +27,11 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
+from mailout.web import sessions
 from mailout.web.settings import WebSettings
 
 CSRF_FIELD = "csrf"
-_SESSION_KEYS = ("role", "name", "fp", "csrf")
+_SESSION_KEYS = ("role", "name", "fp", "csrf", "sid")
 
 
 class Role(enum.StrEnum):
@@ -73,10 +73,6 @@ class Identity:
 Authenticate = Callable[[Request], "Identity | None"]
 
 
-def _fingerprint(token: str) -> str:
-    return hashlib.sha256(b"mailout-web-fp\0" + token.encode()).hexdigest()[:16]
-
-
 class Gate:
     """Decides the identity of a request from the settings (or a host hook)."""
 
@@ -85,6 +81,12 @@ class Gate:
         self.settings = settings
         self.anonymous = anonymous
         self.hook = authenticate
+        # Only the token login needs a kept secret; a host hook or anonymous access
+        # still signs the CSRF cookie, with a key that lives as long as the process.
+        self.secret = settings.session_key() if self.uses_login or settings.secret \
+            else secrets.token_urlsafe(32)
+        self.revocations = sessions.Revocations(settings.state, settings.session_seconds)
+        self.throttle = sessions.LoginThrottle()
 
     @property
     def uses_login(self) -> bool:
@@ -119,7 +121,9 @@ class Gate:
             role = self.role_of(token.strip()) if scheme.lower() == "bearer" else None
             if role is None:
                 return None
-            name = request.headers.get("x-mailout-actor", "").strip()[:100] or "bearer token"
+            # The audit names the token; a name the script gives is shown as its claim.
+            claimed = request.headers.get("x-mailout-actor", "").strip()[:100]
+            name = f'{role.value} token, says "{claimed}"' if claimed else f"{role.value} token"
             return Identity(name, role, Via.BEARER, self._sees(role))
         return self._from_session(request)
 
@@ -131,7 +135,10 @@ class Gate:
             return None
         token = self._token_for(role)
         # The session names the token it was opened with: rotating a token ends it.
-        if token is None or not hmac.compare_digest(session.get("fp", ""), _fingerprint(token)):
+        if token is None or not hmac.compare_digest(
+                str(session.get("fp", "")), sessions.fingerprint(self.secret, token)):
+            return None
+        if self.revocations.revoked(str(session.get("sid", ""))):  # logged out
             return None
         return Identity(str(session.get("name") or "unnamed"), role, Via.SESSION,
                         self._sees(role))
@@ -141,8 +148,18 @@ class Gate:
         token = self._token_for(role)
         assert token is not None  # role_of() only grants roles that have a token
         request.session.clear()
-        request.session.update({"role": role.value, "name": name, "fp": _fingerprint(token),
-                                "csrf": secrets.token_urlsafe(32)})
+        request.session.update({"role": role.value, "name": name,
+                                "fp": sessions.fingerprint(self.secret, token),
+                                "csrf": secrets.token_urlsafe(32),
+                                "sid": secrets.token_urlsafe(16)})
+
+    def log_out(self, request: Request) -> None:
+        """End the session here and for every copy of its cookie."""
+        sid = request.session.get("sid")
+        if isinstance(sid, str) and sid:
+            self.revocations.revoke(sid)
+        for key in _SESSION_KEYS:
+            request.session.pop(key, None)
 
 
 def csrf_token(request: Request) -> str:
@@ -167,7 +184,3 @@ def csrf_ok(request: Request, identity: Identity | None, submitted: object) -> b
     return (isinstance(expected, str) and isinstance(submitted, str) and bool(expected)
             and hmac.compare_digest(expected.encode(), submitted.encode()))
 
-
-def log_out(request: Request) -> None:
-    for key in _SESSION_KEYS:
-        request.session.pop(key, None)

@@ -10,6 +10,8 @@ never swept in. One action changes at most :data:`BULK_CAP` rows.
 from __future__ import annotations
 
 import enum
+import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +21,15 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from mailout import db
-from mailout.db import actions, browse, operator
+from mailout.db import actions, audit, browse, operator
 from mailout.db.actions import PauseKind, Resolution
-from mailout.db.audit import describe_ids
+from mailout.db.audit import AuditAction, describe_ids
 from mailout.models import Status
 from mailout.web import filters
-from mailout.web.auth import CSRF_FIELD, Identity, csrf_ok, log_out
+from mailout.web.auth import CSRF_FIELD, Identity, csrf_ok
 from mailout.web.console import Console, unauthorized
+
+log = logging.getLogger(__name__)
 
 BULK_CAP = 10_000
 MAX_NAME = 100
@@ -176,6 +180,16 @@ async def login(request: Request) -> Response:
     if request.method != "POST":
         return console.page(request, None, "login.html", next=request.query_params.get("next"),
                             error=None)
+    address = request.client.host if request.client else "unknown"
+    wait = gate.throttle.wait_for(address)
+    if wait > 0:
+        log.warning("console: sign-in from %s refused for %.0fs more after repeated "
+                    "failures", address, wait, extra={"event": "web_login_throttled",
+                                                     "client": address})
+        page = console.page(request, None, "login.html", status=429, next=None,
+                            error=f"Too many failed sign-ins: wait {math.ceil(wait)} s.")
+        page.headers["Retry-After"] = str(math.ceil(wait))
+        return page
     form = await request.form()
     nxt = str(form.get("next", "")) or None
     if not csrf_ok(request, None, form.get(CSRF_FIELD)):
@@ -184,11 +198,28 @@ async def login(request: Request) -> Response:
     name = str(form.get("name", "")).strip()[:MAX_NAME]
     role = gate.role_of(str(form.get("token", "")).strip())
     if role is None or not name or not name.isprintable():
+        if role is None:
+            _failed_sign_in(console, address, name)
         return console.page(request, None, "login.html", status=401, next=nxt,
                             error="Wrong token, or no name given." if role is None or not name
                             else "The name has characters that cannot be shown.")
+    gate.throttle.succeeded(address)
     gate.log_in(request, name, role)
+    _audit_session(console, f"{name} (web, {role.value})", AuditAction.SIGN_IN, address)
     return console.redirect_local(request, nxt, "overview")
+
+
+def _failed_sign_in(console: Console, address: str, name: str) -> None:
+    count = console.gate.throttle.failed(address)
+    log.warning("console: failed sign-in from %s (%d in a row)", address, count,
+                extra={"event": "web_login_failed", "client": address, "failures": count})
+    _audit_session(console, f"{name or 'unnamed'} (web)", AuditAction.SIGN_IN_FAILED, address)
+
+
+def _audit_session(console: Console, actor: str, action: AuditAction, address: str) -> None:
+    with console.engine.begin() as conn:
+        audit.record(conn, actor=actor, action=action, target=f"from {address}",
+                     changed_count=0)
 
 
 async def logout(request: Request) -> Response:
@@ -199,5 +230,7 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     if not csrf_ok(request, identity, form.get(CSRF_FIELD)):
         return console.problem(request, identity, 403, "CSRF check failed.")
-    log_out(request)
+    console.gate.log_out(request)
+    address = request.client.host if request.client else "unknown"
+    _audit_session(console, identity.actor, AuditAction.SIGN_OUT, address)
     return RedirectResponse(console.url(request, "login"), 303)

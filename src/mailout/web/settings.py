@@ -7,7 +7,6 @@ Every setting has an environment variable; a bad value raises
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mailout.exceptions import ConfigError
+from mailout.web import sessions
 
 # Names of environment variables, not secrets (hence the noqa).
 TOKEN_ENV = "MAILOUT_WEB_TOKEN"  # noqa: S105
@@ -55,6 +55,9 @@ class WebSettings:
     # Host names the console answers to; MAILOUT_WEB_HOSTS adds the public name behind
     # a proxy. Not applied when a host app mounts the console with its own auth hook.
     hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    # Where the made secret and ended sessions are kept (MAILOUT_WEB_STATE_DIR);
+    # None: ~/.local/state/mailout (see mailout.web.sessions).
+    state_dir: Path | None = None
 
     def __post_init__(self) -> None:
         for env, value in ((TOKEN_ENV, self.token), (READONLY_TOKEN_ENV, self.readonly_token)):
@@ -62,6 +65,10 @@ class WebSettings:
                                       or value != value.strip()):
                 raise ConfigError(env, f"must be at least {MIN_TOKEN} printable characters, "
                                        "without surrounding spaces")
+            if value is not None and sessions.token_bits(value) < sessions.MIN_TOKEN_BITS:
+                raise ConfigError(env, "is too easy to guess (too few different characters "
+                                       "for its length): make one with python3 -c 'import "
+                                       "secrets; print(secrets.token_urlsafe(24))'")
         if self.token is not None and self.token == self.readonly_token:
             raise ConfigError(READONLY_TOKEN_ENV, f"must differ from {TOKEN_ENV}")
 
@@ -69,13 +76,15 @@ class WebSettings:
     def has_tokens(self) -> bool:
         return self.token is not None or self.readonly_token is not None
 
+    @property
+    def state(self) -> Path:
+        return self.state_dir or sessions.default_state_dir()
+
     def session_key(self) -> str:
-        """The key that signs session cookies: ``MAILOUT_WEB_SECRET``, else one derived
-        from the tokens, so sessions survive a restart and end when a token changes."""
-        if self.secret:
-            return self.secret
-        material = f"mailout web session\0{self.token or ''}\0{self.readonly_token or ''}"
-        return hashlib.sha256(material.encode()).hexdigest()
+        """The key that signs session cookies: ``MAILOUT_WEB_SECRET``, else a random one
+        made once and kept in :attr:`state` (never one derived from the tokens: a
+        cookie would then let anyone test token guesses offline)."""
+        return self.secret or sessions.kept_secret(self.state)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebSettings:
@@ -93,6 +102,7 @@ class WebSettings:
             mail_from=get(MAIL_FROM_ENV),
             idempotency_header=get(IDEMPOTENCY_HEADER_ENV) or "Idempotency-Key",
             hosts=LOOPBACK_HOSTS + _host_names(env.get(HOSTS_ENV) or ""),
+            state_dir=Path(state) if (state := get(sessions.STATE_DIR_ENV)) else None,
         )
 
 

@@ -4,6 +4,7 @@ authentication, roles, CSRF, security headers, the e-mail viewer's policy,
 
 from __future__ import annotations
 
+import contextlib
 import email
 import re
 import subprocess
@@ -80,8 +81,18 @@ def status_of(engine: Engine, rid: int) -> str:
 
 
 def audit_count(engine: Engine) -> int:
+    """Entries of operator actions (sign-ins and sign-outs are logged too, apart)."""
     with engine.connect() as conn:
-        return int(conn.scalar(select(func.count()).select_from(audit)) or 0)
+        return int(conn.scalar(select(func.count()).select_from(audit).where(
+            audit.c.action.not_in(["sign_in", "sign_in_failed", "sign_out"]))) or 0)
+
+
+def sign_ins(engine: Engine) -> list[tuple[str, str, str]]:
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(  # type: ignore[misc]
+            select(audit.c.action, audit.c.actor, audit.c.target)
+            .where(audit.c.action.in_(["sign_in", "sign_in_failed", "sign_out"]))
+            .order_by(audit.c.id)).all()]
 
 
 def test_without_credentials_every_page_answers_401(console: ConsoleServer,
@@ -120,6 +131,40 @@ def test_login_form_opens_a_session_and_refuses_a_wrong_token(console: ConsoleSe
     out = client.post("/logout", data={"csrf": csrf_of(client.get("/").text)})
     assert out.status_code == 303
     assert client.get("/").status_code == 401
+
+
+def test_a_cookie_copied_before_logout_no_longer_works(console: ConsoleServer,
+                                                      engine: Engine) -> None:
+    client = logged_in(console.url)
+    copy = httpx.Client(base_url=console.url, cookies=dict(client.cookies))
+    assert copy.get("/").status_code == 200
+    client.post("/logout", data={"csrf": csrf_of(client.get("/").text)})
+    assert copy.get("/").status_code == 401  # before: it worked for 8 hours
+    assert [a for a, _, _ in sign_ins(engine)] == ["sign_in", "sign_out"]
+
+
+def test_sign_ins_are_audited_and_failures_slow_down_per_address(
+        console: ConsoleServer, engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    client = httpx.Client(base_url=console.url)
+    answers = []
+    for _ in range(8):
+        form = client.get("/login").text
+        answers.append(client.post("/login", data={"csrf": csrf_of(form), "name": "Mallory",
+                                                   "token": "guess-0123456789abcdef"}))
+    codes = [a.status_code for a in answers]
+    assert codes[:5] == [401] * 5  # five free tries, then a wait
+    assert 429 in codes[5:]
+    throttled = next(a for a in answers if a.status_code == 429)
+    assert int(throttled.headers["retry-after"]) >= 1
+    # Even the right token waits out the delay: no guess is checked meanwhile.
+    form = client.get("/login").text
+    assert client.post("/login", data={"csrf": csrf_of(form), "name": "Ann",
+                                       "token": ADMIN_TOKEN}).status_code == 429
+    logged = sign_ins(engine)
+    assert logged[0] == ("sign_in_failed", "Mallory (web)", "from 127.0.0.1")
+    assert {a for a, _, _ in logged} == {"sign_in_failed"}
+    assert "failed sign-in from 127.0.0.1" in caplog.text
+    assert "guess-0123456789abcdef" not in caplog.text
 
 
 def test_post_without_csrf_token_is_refused_and_changes_nothing(
@@ -244,10 +289,8 @@ def _raw_post(port: int, head: bytes, chunk: bytes, limit: int) -> tuple[bytes, 
         sock.setblocking(False)
         answer = b""
         while sent < limit and not answer:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 answer = sock.recv(65536)
-            except BlockingIOError:
-                pass
             try:
                 sock.sendall(chunk)
                 sent += len(chunk)
@@ -288,7 +331,8 @@ def test_bearer_admin_acts_with_its_name_in_the_audit_log(
                        data={"action": "retry", "id": str(failed_id), "reason": "after fix"})
     assert reply.status_code == 303
     log = httpx.get(console.url + "/audit", headers=ADMIN).text
-    assert "deploy-bot (api, admin)" in log
+    # The token is who acted; the name a script gives is only its claim.
+    assert "admin token, says &#34;deploy-bot&#34; (api, admin)" in log
     assert "after fix" in log
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import jinja2
 import pytest
@@ -15,8 +16,8 @@ from mailout.web.mailview import read_wire
 from mailout.web.present import environment, masked, sparkline, visible, when
 from mailout.web.settings import WebSettings
 
-ADMIN = "a" * 16
-READONLY = "r" * 16
+ADMIN = "admin-Tok3n-for-unit-tests"  # test credentials
+READONLY = "read0nly-Tok3n-for-tests"
 
 
 def test_visible_spells_out_control_and_bidi_characters() -> None:
@@ -85,9 +86,26 @@ def test_settings_refuse_weak_or_shared_tokens() -> None:
     assert ADMIN not in repr(loaded)
     with pytest.raises(ConfigError, match="READONLY_RECIPIENTS"):
         WebSettings.from_env({"MAILOUT_WEB_READONLY_RECIPIENTS": "some"})
-    # The session key follows the tokens: rotating one ends every session.
-    assert WebSettings(token=ADMIN).session_key() != WebSettings(token=ADMIN + "x").session_key()
     assert WebSettings(token=ADMIN, secret="s3").session_key() == "s3"
+
+
+def test_without_a_secret_one_is_made_once_kept_private_and_not_from_the_tokens(
+        tmp_path: Path) -> None:
+    # Before: sha256 of the tokens, so a cookie from any GET /login let anyone test
+    # token guesses offline (about 19,600 a second in pure Python).
+    made = WebSettings(token=ADMIN, state_dir=tmp_path / "a").session_key()
+    assert WebSettings(token=ADMIN + "x", state_dir=tmp_path / "a").session_key() == made
+    assert WebSettings(token=ADMIN, state_dir=tmp_path / "b").session_key() != made
+    assert ADMIN not in made
+    assert len(made) >= 40
+    assert (tmp_path / "a" / "web-secret").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("token", ["aaaaaaaaaaaaaaaa", "abababababababababab",
+                                   "1111111122222222"])
+def test_tokens_easy_to_guess_are_refused(token: str) -> None:
+    with pytest.raises(ConfigError, match="too easy to guess"):
+        WebSettings(token=token)
 
 
 def test_tokens_grant_their_role_only() -> None:
