@@ -122,9 +122,10 @@ def mailgun_body(event_data: dict[str, Any], *, key: str = MAILGUN_KEY,
 class SnsSigner:
     """A signing key and a self-made certificate for it, as SNS publishes its own."""
 
-    def __init__(self, valid_from: datetime | None = None) -> None:
+    def __init__(self, valid_from: datetime | None = None,
+                 common_name: str = "sns.amazonaws.com") -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns.amazonaws.com")])
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         start = valid_from or datetime.now(UTC) - timedelta(days=1)
         self.cert_pem = (
             x509.CertificateBuilder().subject_name(name).issuer_name(name)
@@ -148,13 +149,19 @@ class CertServer:
     def __init__(self, certs: TestCerts, signer: SnsSigner) -> None:
         self.confirmations = 0
         self.cert_fetches = 0
+        self.missing_fetches = 0  # GETs of /missing.pem, answered 404
+        self.signer = signer  # whose certificate /cert.pem serves (a test may swap it)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path.startswith("/cert.pem"):
                     owner.cert_fetches += 1
-                    body = signer.cert_pem
+                    body = owner.signer.cert_pem
+                elif self.path.startswith("/missing.pem"):
+                    owner.missing_fetches += 1
+                    self.send_error(404)
+                    return
                 elif self.path.startswith("/confirm"):
                     owner.confirmations += 1
                     body = b"<ConfirmSubscriptionResponse/>"
@@ -226,9 +233,9 @@ def ses_bounce(recipient: str, ses_id: str, *, permanent: bool = True,
 class WebhookServer:
     """An ASGI app served by uvicorn on 127.0.0.1 in a background thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1") -> None:
         self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+        config = uvicorn.Config(app, host=host, port=self.port, log_level="warning",
                                 access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -252,8 +259,8 @@ class WebhookServer:
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[WebhookServer]:
-    server = WebhookServer(app).start()
+def serving(app: Any, host: str = "127.0.0.1") -> Iterator[WebhookServer]:
+    server = WebhookServer(app, host).start()
     try:
         yield server
     finally:
@@ -262,3 +269,14 @@ def serving(app: Any) -> Iterator[WebhookServer]:
 
 def client_context(certs: TestCerts) -> ssl.SSLContext:
     return certs.client_context()
+
+
+def get(url: str, headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0) -> tuple[int, bytes]:
+    """GET ``url``: the status and the body, for any status."""
+    req = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()

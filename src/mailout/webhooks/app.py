@@ -8,12 +8,15 @@ Mount it in FastAPI or Starlette::
 ``create_app`` reads the provider secrets from the environment (see
 :mod:`mailout.webhooks.settings`) unless given settings. Each provider is
 ``POST /{provider}``; ``GET /healthz`` answers without touching the database and
-``GET /metrics`` serves the webhook counters for Prometheus. Bodies are read up to
+``GET /metrics`` serves the webhook counters for Prometheus, to loopback clients or
+with ``MAILOUT_WEBHOOK_METRICS_TOKEN`` as a Bearer token (404 otherwise). Bodies are read up to
 ``MAILOUT_WEBHOOK_MAX_BYTES`` and refused (413) past it without reading the rest.
 Verification and storage run in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
+
+import hmac
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -22,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 
+from mailout.support.hosts import is_loopback
 from mailout.webhooks.handler import WebhookHandler
 from mailout.webhooks.settings import WebhookSettings, load
 
@@ -54,14 +58,9 @@ def create_app(engine: Engine | None = None, settings: WebhookSettings | None = 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
-    async def metrics(request: Request) -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return Response(generate_latest(ready.registry), media_type=CONTENT_TYPE_LATEST)
-
     app = Starlette(routes=[
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics", _metrics_for(handler), methods=["GET"]),
         Route(PROVIDER_PATH, receive, methods=["POST"]),
     ])
     app.state.handler = handler
@@ -105,5 +104,17 @@ def _metrics_for(handler: WebhookHandler):  # type: ignore[no-untyped-def]  # a 
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        if not _may_scrape(request, handler.settings.metrics_token):
+            return PlainTextResponse("not found\n", 404)
         return Response(generate_latest(handler.registry), media_type=CONTENT_TYPE_LATEST)
     return metrics
+
+
+def _may_scrape(request: Request, token: str | None) -> bool:
+    """The receivers face the internet; their counters do not: a scrape needs the
+    metrics token, or (with none set) to come from this machine."""
+    if token is None:
+        return request.client is not None and is_loopback(request.client.host)
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                              token.encode())

@@ -35,6 +35,7 @@ import logging
 import re
 import ssl
 import threading
+import time
 import urllib.request
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509.oid import NameOID
 
 from mailout.feedback.dsn import provider_bounce_kind
 from mailout.feedback.events import clip, normalize_message_id, parse_time, payload_text
@@ -69,7 +71,12 @@ from mailout.webhooks.settings import WebhookSettings
 
 log = logging.getLogger(__name__)
 
-SNS_HOST = re.compile(r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?")
+# sns.<region>.amazonaws.com, the region spelled as AWS spells them (us-east-1,
+# us-gov-west-1, cn-north-1): "[a-z0-9-]+" also took S3 bucket hosts such as
+# sns.s3.amazonaws.com, which anyone can fill with a certificate of their own.
+SNS_HOST = re.compile(r"sns\.[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d\.amazonaws\.com(\.cn)?")
+SNS_SUBJECTS = re.compile(r"sns\.amazonaws\.com(\.cn)?|" + SNS_HOST.pattern)
+CERT_RETRY = 60.0  # seconds a failed certificate fetch is remembered (not fetched again)
 FETCH_TIMEOUT = 10.0
 MAX_CERT_BYTES = 64 * 1024
 CERT_CACHE = 16
@@ -102,6 +109,7 @@ class SesReceiver:
         else:
             self._test_context = None
         self._certs: OrderedDict[str, x509.Certificate] = OrderedDict()
+        self._failed: OrderedDict[str, float] = OrderedDict()  # url -> when a fetch failed
         self._lock = threading.Lock()
 
     def receive(self, request: Request, now: float) -> Parsed:
@@ -189,15 +197,27 @@ class SesReceiver:
             if cached is not None:
                 self._certs.move_to_end(url)
                 return cached
+            failed_at = self._failed.get(url)
+        # A failed fetch is remembered: each unsigned request naming an allowed topic
+        # would otherwise cost one outbound fetch.
+        if failed_at is not None and time.monotonic() - failed_at < CERT_RETRY:
+            raise WebhookError(503, "certificate_unavailable",
+                               "the signing certificate could not be fetched")
         try:
             pem = _fetch(url, self._context_for(url), MAX_CERT_BYTES)
             cert = x509.load_pem_x509_certificate(pem)
         except (OSError, ValueError) as exc:
+            with self._lock:
+                self._failed[url] = time.monotonic()
+                while len(self._failed) > CERT_CACHE:
+                    self._failed.popitem(last=False)
             log.warning("SNS: fetching the signing certificate failed (%s)",
                         type(exc).__name__,
                         extra={"event": "sns_certificate_failed", "error": type(exc).__name__})
             raise WebhookError(503, "certificate_unavailable",
                                "the signing certificate could not be fetched") from None
+        if not _issued_to_sns(cert):
+            raise unauthorized("the signing certificate is not issued to sns.amazonaws.com")
         with self._lock:
             self._certs[url] = cert
             while len(self._certs) > CERT_CACHE:
@@ -224,6 +244,11 @@ class SesReceiver:
         log.info("SNS subscription to %s confirmed", doc.get("TopicArn"),
                  extra={"event": "sns_subscription_confirmed", "topic": doc.get("TopicArn")})
         return True
+
+
+def _issued_to_sns(cert: x509.Certificate) -> bool:
+    names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return any(isinstance(n, str) and SNS_SUBJECTS.fullmatch(n.lower()) for n in names)
 
 
 def _fetch(url: str, context: ssl.SSLContext, limit: int) -> bytes:

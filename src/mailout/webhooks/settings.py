@@ -47,6 +47,8 @@ class WebhookSettings:
     mailgun_key: bytes | None = field(default=None, repr=False)
     brevo_auth: str | None = field(default=None, repr=False)  # "user:password"
     brevo_token: str | None = field(default=None, repr=False)  # bearer token
+    # /metrics: None answers loopback clients only; set, a Bearer token from anywhere.
+    metrics_token: str | None = field(default=None, repr=False)
     tolerance: float = DEFAULT_TOLERANCE
     sns_tolerance: float = DEFAULT_SNS_TOLERANCE
     max_bytes: int = DEFAULT_MAX_BYTES
@@ -175,6 +177,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> WebhookSetti
         values["brevo_auth"] = _credentials("MAILOUT_WEBHOOK_BREVO_AUTH", raw)
     if (raw := get("MAILOUT_WEBHOOK_BREVO_TOKEN")) is not None:
         values["brevo_token"] = _secret("MAILOUT_WEBHOOK_BREVO_TOKEN", raw)
+    if (raw := get("MAILOUT_WEBHOOK_METRICS_TOKEN")) is not None:
+        values["metrics_token"] = _secret("MAILOUT_WEBHOOK_METRICS_TOKEN", raw)
     if (raw := get("MAILOUT_WEBHOOK_TOLERANCE")) is not None:
         values["tolerance"] = setting_seconds(raw, "MAILOUT_WEBHOOK_TOLERANCE")
     if (raw := get("MAILOUT_WEBHOOK_MAX_BYTES")) is not None:

@@ -148,3 +148,50 @@ def test_concurrent_redeliveries_of_one_event_store_it_once(hook: Hook) -> None:
     assert sum(b["duplicates"] for _, b in replies) == 7
     assert len(stored(hook.engine)) == 1
     assert suppressed(hook.engine) == {"race@example.com": "hard_bounce"}
+
+
+def test_a_json_integer_past_pythons_digit_limit_is_a_400_for_every_provider(
+        hook: Hook) -> None:
+    # Before: ValueError from int(), a 500 and a logged traceback, before authentication
+    # for Mailgun and SES (their signatures are inside the JSON).
+    body = b'{"n": ' + b"9" * 5000 + b"}"
+    for provider in sorted(hook.handler.receivers):
+        status, answer = hook.post(provider, (body, {"x-amz-sns-message-type": "Notification"}))
+        # 401 where the credentials travel in a header and are checked first.
+        assert status in (400, 401), (provider, status, answer)
+        assert answer["error"] in ("invalid_json", "missing_auth", "bad_signature"), provider
+
+
+def _outside_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), if it has one."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routing only
+            address: str = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_the_receivers_counters_are_not_served_to_the_internet(engine: Engine) -> None:
+    import pytest
+
+    from mailout.webhooks.app import standalone_app
+    from mailout.webhooks.settings import WebhookSettings
+
+    outside = _outside_address()
+    if outside is None:
+        pytest.skip("this machine has no address besides loopback to reach the server on")
+    for token in (None, "metrics-token-for-tests-83hd"):
+        app = standalone_app(engine, WebhookSettings(metrics_token=token))
+        with w.serving(app, host="0.0.0.0") as server:
+            port = server.url.rsplit(":", 1)[1]
+            from_outside = w.get(f"http://{outside}:{port}/metrics")
+            assert from_outside[0] == 404
+            local = w.get(f"http://127.0.0.1:{port}/metrics")
+            assert local[0] == (200 if token is None else 404)
+            if token is not None:
+                bearer = {"Authorization": f"Bearer {token}"}
+                assert w.get(f"http://{outside}:{port}/metrics", bearer)[0] == 200

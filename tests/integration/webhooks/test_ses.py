@@ -70,3 +70,54 @@ def test_sns_subscription_is_confirmed_and_foreign_certificates_are_never_fetche
                             version="1")
     assert hook.post("ses", (json.dumps(v1).encode(), {}))[0] == 200
     assert [e["recipient"] for e in stored(hook.engine)] == ["v1@example.com"]
+
+
+@pytest.mark.parametrize("url", ["https://sns.s3.amazonaws.com/cert.pem",
+                                 "https://sns.s3-us-west-2.amazonaws.com/cert.pem",
+                                 "https://sns.s3.eu-west-1.amazonaws.com/cert.pem"])
+def test_s3_bucket_hosts_are_not_sns_hosts(hook: Hook, sns: tuple[w.SnsSigner, w.CertServer],
+                                           url: str) -> None:
+    # Anyone can make a bucket named "sns" and serve a certificate of their own from it.
+    signer, cert_server = sns
+    doc = w.sns_notification(signer, cert_server.origin, w.ses_bounce("z@example.com", "s1"))
+    doc["SigningCertURL"] = url
+    status, body = hook.post("ses", (json.dumps(doc).encode(), {}))
+    assert (status, body["error"]) == (401, "bad_signature")
+    assert "SigningCertURL" in body["reason"]
+
+
+@pytest.mark.parametrize("host", ["sns.us-east-1.amazonaws.com", "sns.eu-west-1.amazonaws.com",
+                                  "sns.ap-southeast-2.amazonaws.com",
+                                  "sns.us-gov-west-1.amazonaws.com",
+                                  "sns.cn-north-1.amazonaws.com.cn"])
+def test_real_sns_region_hosts_are_accepted(host: str) -> None:
+    from mailout.webhooks.ses import SNS_HOST
+
+    assert SNS_HOST.fullmatch(host)
+
+
+def test_a_certificate_not_issued_to_sns_is_refused(
+        hook: Hook, sns: tuple[w.SnsSigner, w.CertServer]) -> None:
+    signer, cert_server = sns
+    cert_server.signer = impostor = w.SnsSigner(common_name="shop.example")
+    try:  # the server is shared by the session's tests: its own signer goes back after
+        doc = w.sns_notification(impostor, cert_server.origin,
+                                 w.ses_bounce("z@example.com", "s1"))
+        status, body = hook.post("ses", (json.dumps(doc).encode(), {}))
+    finally:
+        cert_server.signer = signer
+    assert (status, body["error"]) == (401, "bad_signature")
+    assert "sns.amazonaws.com" in body["reason"]
+    assert stored(hook.engine) == []
+
+
+def test_a_failed_certificate_fetch_is_not_repeated_for_every_request(
+        hook: Hook, sns: tuple[w.SnsSigner, w.CertServer]) -> None:
+    signer, cert_server = sns
+    before = cert_server.missing_fetches  # the server outlives the test
+    for _ in range(5):
+        doc = w.sns_notification(signer, cert_server.origin, w.ses_bounce("z@example.com", "s"))
+        doc["SigningCertURL"] = f"{cert_server.origin}/missing.pem"
+        status, body = hook.post("ses", (json.dumps(doc).encode(), {}))
+        assert (status, body["error"]) == (503, "certificate_unavailable")
+    assert cert_server.missing_fetches == before + 1
