@@ -30,6 +30,7 @@ FINAL_STATUSES = ("sent", "failed", "dead", "cancelled")
 # Exit codes (docs/cli.md): 0 done, 1 an error, 2 bad usage or input, and
 EXIT_TRANSPORT_DOWN = 3  # worker --until-idle stopped: the transport is paused or down
 EXIT_WORKER_FAILED = 4  # worker stopped itself: a side task kept failing (WorkerFailed)
+EXIT_SOME_NOT_SENT = 5  # worker --until-idle finished, but some messages failed or died
 # Default ports of the servers the CLI starts, all on loopback: distinct, so that the
 # console, the webhook receiver and the development sink can run side by side.
 WEB_PORT = 8025  # mailout web

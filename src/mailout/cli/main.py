@@ -25,6 +25,7 @@ from mailout.cli import bounces, changes, common, dev, display, rollout, termina
 from mailout.cli import web as cli_web
 from mailout.cli.common import (
     DB_HELP,
+    EXIT_SOME_NOT_SENT,
     EXIT_TRANSPORT_DOWN,
     EXIT_WORKER_FAILED,
     LIMIT,
@@ -160,7 +161,12 @@ def worker_cmd(obj: dict[str, Any], queues: str | None, concurrency: int | None,
         click.echo(f"mailout: stopped: {terminal.one_line(worker.halted)}", err=True)
         raise click.exceptions.Exit(EXIT_TRANSPORT_DOWN)
     if until_idle:
-        click.echo(f"idle: {worker.sent} sent")
+        # Failures are in the last line too, and in the exit code: "idle: 0 sent" with
+        # exit 0 used to end a run whose only message had failed to render.
+        others = "".join(f", {n} {status}" for status, n in sorted(worker.not_sent.items()))
+        click.echo(f"idle: {worker.sent} sent{others}")
+        if any(worker.not_sent[s.value] for s in (Status.FAILED, Status.DEAD, Status.UNKNOWN)):
+            raise click.exceptions.Exit(EXIT_SOME_NOT_SENT)
 
 
 def _process_plan(lanes: list[Lane], processes: int) -> list[str] | None:

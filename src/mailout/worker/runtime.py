@@ -22,6 +22,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Engine
@@ -52,6 +53,9 @@ HEARTBEAT = "mailout-heartbeat"
 OUTAGE_WATCH = "mailout-outage"
 SEND_SUMMARY = "mailout-send-summary"
 LISTEN = "mailout-listen"
+# A finished attempt that leaves its row in one of these did not send it (a retry
+# leaves it pending, and is counted nowhere).
+_NOT_SENT = frozenset({Status.FAILED, Status.DEAD, Status.CANCELLED, Status.UNKNOWN})
 HEARTBEAT_GIVE_UP = 5  # heartbeat failures in a row that stop the worker
 LEASE_MARGIN = 0.2  # of a lease: how early in-flight sends end after a fatal failure
 SIDE_TASKS = {
@@ -107,6 +111,9 @@ class Worker:
         member_alerts.watch((ctx.transport for _, ctx in lanes), alerts, self.observer,
                             self.name)
         self.sent = 0
+        # Rows this worker finished without sending them, by final status (failed,
+        # dead, unknown...): what `mailout worker --until-idle` reports beside `sent`.
+        self.not_sent: Counter[str] = Counter()
         self._held_alerted: set[str] = set()
         self._outage_alerted = False
         # With until_idle: why the worker stopped early (the transport cannot send).
@@ -319,7 +326,9 @@ class Worker:
                 continue
             if c.status is Status.SENT:
                 self.sent += 1
-            elif c.outcome is Outcome.DEAD:
+            elif c.status in _NOT_SENT:
+                self.not_sent[c.status.value] += 1
+            if c.outcome is Outcome.DEAD:
                 self.alerts.fire(Alert("dead", f"message {c.id} is dead: {c.reason}", {
                     "id": c.id, "attempts": c.attempt, "reason": c.reason,
                     "reply_code": c.reply_code, "reply_text": c.reply_text,

@@ -96,7 +96,9 @@ def test_enqueue_send_then_inspect(tmp_path: Path, smtp_server: SmtpTestServer) 
     later = json.loads(mailout("enqueue", "--to", "later@example.com", "--subject", "Later",
                                "--text", "x", "--send-at", "2099-01-01T00:00", env=env).stdout)
 
-    assert "idle: 1 sent" in mailout("worker", "--until-idle", env=env).stdout
+    # The 550 is in the last line and the exit code: "finished, some not sent".
+    done = mailout("worker", "--until-idle", env=env, expect=5).stdout
+    assert done.strip().splitlines()[-1] == "idle: 1 sent, 1 failed"
     (received,) = smtp_server.messages
     assert received.message_id == ok["message_id"]
     assert received.rcpt_tos == ("buyer@example.com",)
@@ -149,7 +151,7 @@ def test_retry_requeues_a_dead_message_and_it_is_sent(
     env = worker_env(sqlite_url, smtp_server, MAILOUT_MAX_ATTEMPTS=1)
     msg = json.loads(mailout("enqueue", "--to", "rcpt-451-once@example.com", "--subject", "Hi",
                              "--text", "x", env=env).stdout)
-    mailout("worker", "--until-idle", env=env)
+    mailout("worker", "--until-idle", env=env, expect=5)  # one dies: exit 5
     assert mailout_json("show", str(msg["id"]), env=env)["message"]["status"] == "dead"
 
     refused = mailout("retry", "--status", "dead", env=env, expect=1)

@@ -53,7 +53,7 @@ def test_hostile_replies_markup_and_control_characters_print_safely(
         conn.execute(update(messages).where(messages.c.id == stored.id)
                      .values(subject=f"Title {ESC}]0;pwned{ESC}\\ \x9b31m here"))
     engine.dispose()
-    mailout("worker", "--until-idle", env=worker_env(sqlite_url, smtp_server))
+    mailout("worker", "--until-idle", env=worker_env(sqlite_url, smtp_server), expect=5)
     mailout("pause", "--queue", "bulk", "--reason", "[/bold]", env=env)
 
     shown = mailout("show", str(bounced.id), env=env).stdout
