@@ -8,7 +8,8 @@ fields. SES documents no idempotency key and replaces the Message-ID with its ow
 which is the ``MessageId`` stored.
 
 Classification, by the error type SES names (``x-amzn-ErrorType``): ``MessageRejected``
-and ``BadRequestException`` fail; ``MailFromDomainNotVerifiedException``,
+and ``BadRequestException`` fail, except a ``MessageRejected`` naming our own sender
+as an unverified identity, which pauses; ``MailFromDomainNotVerifiedException``,
 ``AccountSuspendedException``, ``SendingPausedException``, ``NotFoundException`` and
 HTTP 403 (a bad signature or key) pause; ``TooManyRequestsException``,
 ``LimitExceededException`` (throttling and quotas) and 5xx retry, honouring
@@ -17,7 +18,7 @@ Retry-After. ``mailout check`` reads ``GetAccount`` (``GET /v2/email/account``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any, Final
@@ -30,6 +31,7 @@ from botocore.credentials import Credentials
 
 from mailout.exceptions import ConfigError
 from mailout.message.envelope import Envelope
+from mailout.models import Mailbox
 from mailout.transports.base import CheckResult, Decision, SendResult
 from mailout.transports.http import (
     STAGE,
@@ -70,18 +72,20 @@ class SesProvider:
         wire = envelope.wire if envelope.wire_builder is not None else _wire(envelope)
         # The raw message names everyone; Destination is who gets this send.
         to, cc, bcc = addressed(envelope)
-        destination: dict[str, Any] = {"ToAddresses": shown(to)}
+        # Bare addresses in the JSON fields: SES wants 7-bit ASCII there, and a display
+        # name such as "Zoë" went in unencoded. The raw message carries the names.
+        destination: dict[str, Any] = {"ToAddresses": _bare(to)}
         if cc:
-            destination["CcAddresses"] = shown(cc)
+            destination["CcAddresses"] = _bare(cc)
         if bcc:
-            destination["BccAddresses"] = shown(bcc)
+            destination["BccAddresses"] = _bare(bcc)
         body: dict[str, Any] = {
-            "FromEmailAddress": str(envelope.sender),
+            "FromEmailAddress": _bare((envelope.sender,))[0],
             "Destination": destination,
             "Content": {"Raw": {"Data": b64(wire)}},
         }
         if envelope.reply_to:
-            body["ReplyToAddresses"] = shown(envelope.reply_to)
+            body["ReplyToAddresses"] = _bare(envelope.reply_to)
         return ApiRequest("POST", SEND_PATH, json=body)
 
     def sign(self, request: httpx.Request) -> None:
@@ -105,6 +109,11 @@ class SesProvider:
             return SendResult(Decision.SENT, "accepted", stage=STAGE, code=reply.status,
                               provider_id=provider_id if isinstance(provider_id, str) else None)
         common: dict[str, Any] = {"stage": STAGE, "code": reply.status, "text": text}
+        if kind == "MessageRejected" and _sender_unverified(text or "", envelope):
+            # Our own From is not a verified identity: every message would fail the
+            # same way, one by one. A configuration error: pause and alert. (An
+            # unverified recipient, in the sandbox, stays this message's failure.)
+            return SendResult(Decision.PAUSE, "sender_not_verified", **common)
         if kind in _FAILED:
             return SendResult(Decision.FAILED, _FAILED[kind], **common)
         if kind in _PAUSE:
@@ -123,6 +132,29 @@ class SesProvider:
             return CheckResult(False, "the credentials work but sending is disabled for "
                                       f"the account in {self.region}")
         return verdict
+
+
+def _bare(mailboxes: Sequence[Mailbox]) -> list[str]:
+    """The addresses alone, an internationalised domain in its ASCII (IDNA) form."""
+    out = []
+    for mailbox in mailboxes:
+        local, _, domain = mailbox.address.rpartition("@")
+        if not domain.isascii():
+            domain = domain.encode("idna").decode("ascii")
+        out.append(f"{local}@{domain}")
+    return out
+
+
+def _sender_unverified(text: str, envelope: Envelope) -> bool:
+    """Whether a MessageRejected reply says the sender's identity is not verified
+    ("Email address is not verified. The following identities failed the check in
+    region ...: shop@example.com"), naming our From rather than a recipient."""
+    if "not verified" not in text.lower():
+        return False
+    failed = text.rpartition(":")[2].lower()
+    sender = envelope.sender.address.lower()
+    return sender in failed or sender.rpartition("@")[2] in {
+        part.strip().rstrip(".") for part in failed.split(",")}
 
 
 def _error_type(reply: ApiReply, body: dict[str, Any]) -> str | None:
