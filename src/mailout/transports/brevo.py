@@ -19,8 +19,10 @@ Classification: 2xx sent; 401 (``unauthorized``), 402 (``not_enough_credits``) a
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
+from email.header import Header
 from typing import Any, Final
 
 import httpx
@@ -39,6 +41,7 @@ from mailout.transports.http import (
     check_by_status,
     message_of,
     no_crlf,
+    retry_after,
 )
 from mailout.transports.providers import ProviderUrl, api_key
 
@@ -46,6 +49,8 @@ DEFAULT_ENDPOINT: Final = "https://api.brevo.com"
 DEDUPE_WINDOW: Final = 15 * 60.0  # the shorter of the two lifetimes Brevo documents
 KEY_NAMESPACE: Final = uuid.UUID("5f6d0b8e-4c1a-5d37-9a55-6d61696c6f75")  # mailout's own
 NOT_ENOUGH_CREDITS: Final = 402  # Brevo: the account cannot pay for the send
+TOO_MANY_REQUESTS: Final = 429
+_SPECIALS = frozenset(',;<>"@()[]:\\')  # a display name holding one breaks Brevo's header
 
 
 def key_uuid(key: str) -> str:
@@ -84,7 +89,7 @@ class BrevoProvider:
             body["htmlContent"] = envelope.html
         if envelope.text is not None:
             body["textContent"] = envelope.text
-        headers = {n: no_crlf(n, v) for n, v in envelope.headers}
+        headers = {n: _encoded(no_crlf(n, v)) for n, v in envelope.headers}
         headers["idempotencyKey"] = key_uuid(envelope.idempotency_key)
         body["headers"] = headers
         if envelope.attachments:
@@ -108,7 +113,12 @@ class BrevoProvider:
         if reply.status == NOT_ENOUGH_CREDITS:
             return SendResult(Decision.PAUSE, "not_enough_credits", stage=STAGE,
                               code=reply.status, text=text)
-        return by_status(reply, text)
+        result = by_status(reply, text)
+        if result.retry_after is None and reply.status == TOO_MANY_REQUESTS:
+            # Brevo sends no Retry-After: its own header says when the limit resets.
+            wait = retry_after(reply.headers.get("x-sib-ratelimit-reset"))
+            return dataclasses.replace(result, retry_after=wait)
+        return result
 
     def check_request(self) -> ApiRequest:
         return ApiRequest("GET", "/v3/account")
@@ -118,7 +128,19 @@ class BrevoProvider:
 
 
 def _person(m: Mailbox) -> dict[str, str]:
-    return {"email": m.address, "name": m.name} if m.name else {"email": m.address}
+    # Brevo writes the name into the header as given: a comma split it into two
+    # addresses and non-ASCII was mangled. An encoded word is safe as it is.
+    if not m.name:
+        return {"email": m.address}
+    plain = m.name.isascii() and not _SPECIALS.intersection(m.name)
+    return {"email": m.address, "name": m.name if plain else _encoded(m.name, always=True)}
+
+
+def _encoded(value: str, *, always: bool = False) -> str:
+    """``value`` as RFC 2047 encoded words when it is not plain ASCII (or ``always``)."""
+    if value.isascii() and not always:
+        return value
+    return Header(value, "utf-8").encode()
 
 
 def from_url(address: str, query: Mapping[str, str], setting: str) -> ProviderUrl:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from email.header import decode_header, make_header
 
 import pytest
 from bench.support.providers.brevo import FakeBrevo
 from bench.support.providers.server import Reply
 
 from mailout.message.envelope import Envelope
-from mailout.transports.base import Decision
+from mailout.models import Mailbox
+from mailout.transports.base import Decision, SendResult
 from mailout.transports.brevo import key_uuid
 from tests.integration.transports.http_api import b64, send_full
 from tests.support.envelopes import PDF, full_envelope
@@ -85,3 +87,41 @@ async def test_each_documented_error_is_classified(
     result = await transport.send(_without_inline())
     await transport.close()
     assert (result.decision, result.reason, result.code) == (decision, reason, reply.status)
+
+
+async def test_names_with_commas_or_non_ascii_and_non_ascii_headers_go_encoded(
+    fake: FakeBrevo,
+) -> None:
+    # Brevo writes these into the message as given: "Müller, Anna" became two broken
+    # addresses, and "ü" was mangled. Encoded words decode to the same text.
+    envelope = replace(_without_inline(), to=(Mailbox("anna@example.com", "Müller, Anna"),),
+                       sender=Mailbox("shop@example.com", "Shop, Inc."),
+                       headers=(("X-Campaign", "Frühling"),))
+    transport = build(provider_url("brevo", fake.secret, fake.url))
+    try:
+        assert (await transport.send(envelope)).decision is Decision.SENT
+    finally:
+        await transport.close()
+    body = fake.requests[-1].json()
+    names = [body["sender"]["name"], body["to"][0]["name"], body["headers"]["X-Campaign"]]
+    assert all(n.isascii() and "," not in n for n in names)
+    decoded = [str(make_header(decode_header(n))) for n in names]
+    assert decoded == ["Shop, Inc.", "Müller, Anna", "Frühling"]
+
+
+async def test_a_429_waits_for_brevos_own_reset_header(fake: FakeBrevo) -> None:
+    # Brevo documents x-sib-ratelimit-reset (seconds until the limit resets) and sends
+    # no Retry-After.
+    fake.answer_always(Reply(429, {"code": "too_many_requests", "message": "slow down"},
+                             {"x-sib-ratelimit-reset": "17"}))
+    result = await _send(fake)
+    assert (result.decision, result.reason, result.retry_after) == (Decision.RETRY,
+                                                                     "rate_limited", 17.0)
+
+
+async def _send(fake: FakeBrevo) -> SendResult:
+    transport = build(provider_url("brevo", fake.secret, fake.url))
+    try:
+        return await transport.send(_without_inline())
+    finally:
+        await transport.close()
