@@ -98,3 +98,10 @@ def _redact(text: str, s: SmtpSettings) -> str:
     if s.password:
         return text.replace(s.password, _REDACTED)
     return text
+
+
+def implicit_tls_port(s: SmtpSettings) -> CheckResult:
+    """The verdict when the server sent no greeting but answered a TLS handshake."""
+    return CheckResult(False, f"{s.host}:{s.port} speaks TLS from the first byte (implicit "
+                              "TLS) but SMTP_TLS is not implicit: set SMTP_TLS=implicit "
+                              "(or use smtps://) for this port.")

@@ -120,17 +120,24 @@ def classify(outcome: SendOutcome) -> Verdict:
     return Verdict(Decision.RETRY, reason)
 
 
-def tls_mode_mismatch(outcome: SendOutcome, settings: SmtpSettings) -> bool:
-    """True for the greeting timeout of a plain-text client on the implicit-TLS port.
-
-    The server waits for a TLS handshake and the client for a greeting: nothing is
-    wrong with the provider, the setting is (``SMTP_TLS=implicit``).
-    """
+def greeting_timed_out(outcome: SendOutcome, settings: SmtpSettings) -> bool:
+    """True when a plain-text client connected but no greeting came: the symptom of an
+    implicit-TLS port (the server waits for a TLS handshake, the client for a 220)."""
     return (outcome.failure is Failure.TIMEOUT and outcome.stage is Stage.CONNECT
-            and settings.port == IMPLICIT_TLS_PORT and settings.tls is not TlsMode.IMPLICIT)
+            and settings.tls is not TlsMode.IMPLICIT)
 
 
-def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None) -> SendResult:
+def tls_mode_mismatch(outcome: SendOutcome, settings: SmtpSettings,
+                      speaks_tls: bool = False) -> bool:
+    """True for the greeting timeout of a plain-text client on an implicit-TLS port:
+    port 465, or any port that answered a TLS handshake (``speaks_tls``; SES
+    documents 2465). Nothing is wrong with the provider, the setting is."""
+    return greeting_timed_out(outcome, settings) and (
+        settings.port == IMPLICIT_TLS_PORT or speaks_tls)
+
+
+def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None,
+              speaks_tls: bool = False) -> SendResult:
     """The provider-neutral result of one SMTP exchange: its verdict, the provider's
     id parsed from an accepting reply, the stage and reply for the attempt log, and,
     for a message to several recipients, how each recipient's RCPT went.
@@ -142,7 +149,7 @@ def to_result(outcome: SendOutcome, settings: SmtpSettings | None = None) -> Sen
     verdict = classify(outcome)
     detail = outcome.detail or None
     if settings is not None:
-        if tls_mode_mismatch(outcome, settings):
+        if tls_mode_mismatch(outcome, settings, speaks_tls):
             verdict = Verdict(Decision.PAUSE, "tls_mode_mismatch")
         if verdict.action is Decision.PAUSE:
             detail = diagnosis(outcome, settings)

@@ -51,7 +51,7 @@ from mailout.message.envelope import Envelope
 from mailout.transports.base import CheckResult, SendResult
 from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
-from mailout.transports.smtp.classify import to_result
+from mailout.transports.smtp.classify import greeting_timed_out, to_result
 from mailout.transports.smtp.failures import outcome_for_error
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage, parse_reply
 from mailout.transports.smtp.pool import Handover, Slots, Waiter
@@ -77,6 +77,9 @@ from mailout.transports.smtp.transaction import (
 )
 
 log = logging.getLogger(__name__)
+
+# How long a TLS handshake probe may take (after a greeting never came).
+TLS_PROBE_SECONDS: Final = 5.0
 
 QUIT_TIMEOUT: Final = 2.0  # seconds allowed for a polite QUIT when closing
 _OPEN_TRANSACTION: Final = (Stage.MAIL, Stage.RCPT, Stage.DATA)  # a reply here needs RSET
@@ -108,7 +111,10 @@ class SmtpTransport:
 
     async def send(self, envelope: Envelope) -> SendResult:
         """Send ``envelope`` and classify what happened. Never raises for a delivery problem."""
-        return to_result(await self.exchange(envelope), self._settings)
+        outcome = await self.exchange(envelope)
+        speaks_tls = greeting_timed_out(outcome, self._settings) and \
+            await answers_tls(self._settings)
+        return to_result(outcome, self._settings, speaks_tls)
 
     async def exchange(self, envelope: Envelope) -> SendOutcome:
         """Send ``envelope``; report what happened in SMTP's terms."""
@@ -142,6 +148,8 @@ class SmtpTransport:
             outcome = await check_connection(self._settings)
         except (OSError, ssl.SSLError) as exc:  # building the TLS context: SMTP_CA_FILE
             return smtp_check.unusable_ca_file(self._settings, exc)
+        if greeting_timed_out(outcome, self._settings) and await answers_tls(self._settings):
+            return smtp_check.implicit_tls_port(self._settings)
         result = smtp_check.verdict(outcome, self._settings)
         warning = ehlo_warning(await asyncio.to_thread(ehlo_name, self._settings))
         return replace(result, warnings=(warning,)) if warning else result
@@ -334,6 +342,24 @@ class SmtpTransport:
             return
         needs_rset = outcome.failure is not None and outcome.stage in _OPEN_TRANSACTION
         self._idle.append((smtp, needs_rset))
+
+
+async def answers_tls(settings: SmtpSettings) -> bool:
+    """Whether the server completes a TLS handshake on the configured port: told apart
+    by the symptom, not the port number. Only the handshake: nothing is sent, and the
+    certificate is not judged (the real connection, once configured, verifies it)."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(min(settings.timeout, TLS_PROBE_SECONDS)):
+            _, writer = await asyncio.open_connection(settings.host, settings.port, ssl=probe)
+    except (OSError, TimeoutError, ssl.SSLError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
+    return True
 
 
 async def check_connection(settings: SmtpSettings) -> SendOutcome:

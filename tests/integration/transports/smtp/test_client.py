@@ -493,3 +493,43 @@ async def test_the_ehlo_name_set_on_the_url_is_the_one_the_server_sees(
         await transport.close()
     assert result.decision.value == "sent"
     assert smtp_server.ehlo_names == ["mail.shop.example.com"]
+
+
+async def test_starttls_against_an_implicit_tls_port_other_than_465_pauses_with_the_hint(
+        test_certs: TestCerts) -> None:
+    # SES documents implicit TLS on 2465 too: the symptom (no greeting, but a TLS
+    # handshake answered), not the port number, says the setting is wrong. Before: an
+    # outage, probed for ever, with no TLS hint.
+    from mailout.transports.base import Decision
+
+    with SmtpTestServer(tls_context=test_certs.server_context, implicit_tls=True,
+                        ca_file=test_certs.ca_file) as server:
+        settings = smtp_settings_for(server, tls=TlsMode.STARTTLS, timeout=2.0)
+        assert settings.port != 465
+        transport = SmtpTransport(settings)
+        try:
+            result = await transport.send(envelope())
+            checked = await transport.check()
+        finally:
+            await transport.close()
+    assert (result.decision, result.reason) == (Decision.PAUSE, "tls_mode_mismatch")
+    assert "SMTP_TLS" in (result.detail or "")
+    assert not checked.ok
+    assert "SMTP_TLS=implicit" in checked.line
+    assert server.messages == []
+
+
+async def test_a_silent_plain_server_is_still_an_outage_not_a_tls_mismatch() -> None:
+    from mailout.transports.base import Decision
+
+    with socket.socket() as silent:  # accepts, never greets, never speaks TLS
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        settings = SmtpSettings(host="127.0.0.1", port=port, tls=TlsMode.STARTTLS, timeout=1.0)
+        transport = SmtpTransport(settings)
+        try:
+            result = await transport.send(envelope())
+        finally:
+            await transport.close()
+    assert result.decision is Decision.OUTAGE
