@@ -139,13 +139,14 @@ def _answers(url: str) -> bool:
 def test_clients_trickling_a_request_cannot_hold_every_slot(
     sqlite_url: str, smtp_server: SmtpTestServer, capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """16 clients each send a header byte well within the per-read timeout, for ever;
-    one deadline per connection frees their slots, /healthz answers again, and the
-    clients cut off leave no traceback behind."""
+    """16 clients each send a header byte well within the per-read timeout, for an hour;
+    the one deadline per connection cuts every one of them, /healthz answers again,
+    and the clients cut off leave no traceback behind."""
     worker = build_worker(settings_for(sqlite_url, smtp_server), observer=PrometheusObserver())
     stop = threading.Event()
+    cut = [threading.Event() for _ in range(16)]
 
-    def trickle() -> None:
+    def trickle(mine: threading.Event) -> None:
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 10_000:
                 if stop.wait(0.3):
@@ -153,19 +154,20 @@ def test_clients_trickling_a_request_cannot_hold_every_slot(
                 try:
                     sock.sendall(bytes([byte]))
                 except OSError:
-                    return  # cut off: what the server must do
+                    mine.set()  # cut off: what the server must do
+                    return
 
     try:
         with start_metrics_server(0, worker, max_connections=16, timeout=2.0) as server:
-            clients = [threading.Thread(target=trickle, daemon=True) for _ in range(16)]
+            clients = [threading.Thread(target=trickle, args=(c,), daemon=True) for c in cut]
             for client in clients:
                 client.start()
+            # Without the deadline none is ever cut (each would hold its slot an hour).
+            for mine in cut:
+                assert mine.wait(120), "a trickling client kept its slot"
             deadline = time.monotonic() + 60
-            while _answers(server.url):  # until the tricklers hold every slot
-                assert time.monotonic() < deadline, "the tricklers never held the slots"
-                time.sleep(0.05)
-            while not _answers(server.url):  # until the tricklers are cut off
-                assert time.monotonic() < deadline, "every slot stayed held"
+            while not _answers(server.url):
+                assert time.monotonic() < deadline, "the server did not answer again"
                 time.sleep(0.1)
             stop.set()
             for client in clients:

@@ -97,11 +97,13 @@ def kill_in_the_window(engine: Engine, db_url: str, fake: FakeProvider, tmp_path
 
 
 def restart(engine: Engine, db_url: str, fake: FakeProvider, tmp_path: Path,
-            **extra: object) -> None:
+            exit_code: int = 0, **extra: object) -> None:
+    """A second worker until idle; ``exit_code`` 5 when it parks the row (not sent)."""
     assert expire_leases(engine) == 1  # the dead worker's lease runs out
     second = spawn_worker(http_env(db_url, fake, **extra), "--until-idle",
                           log=tmp_path / "second.log")
-    assert second.wait(PROCESS_DEADLINE) == 0, (tmp_path / "second.log").read_text()[-2000:]
+    assert second.wait(PROCESS_DEADLINE) == exit_code, \
+        (tmp_path / "second.log").read_text()[-2000:]
 
 
 FAKES: dict[str, Callable[[], FakeProvider]] = {"resend": FakeResend,
@@ -147,7 +149,7 @@ def test_without_a_key_hold_policy_parks_the_row(
 ) -> None:
     with FakePostmark() as fake:
         rid = kill_in_the_window(engine, db_url, fake, tmp_path, MAILOUT_ON_UNKNOWN="hold")
-        restart(engine, db_url, fake, tmp_path, MAILOUT_ON_UNKNOWN="hold")
+        restart(engine, db_url, fake, tmp_path, exit_code=5, MAILOUT_ON_UNKNOWN="hold")
         parked = row(engine, rid)
         assert (parked["status"], parked["attempts"]) == ("unknown", 1)
         assert len(fake.delivered) == 1  # not resent
