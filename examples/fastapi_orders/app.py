@@ -3,12 +3,17 @@ confirmation mail are written in one transaction.
 
 Run it::
 
-    pip install 'mailout' fastapi uvicorn asyncpg
+    pip install 'mailout' fastapi uvicorn asyncpg greenlet   # SQLAlchemy's asyncio needs greenlet
     export DATABASE_URL=postgresql+asyncpg://app@localhost/shop
     MAILOUT_DATABASE_URL=$DATABASE_URL mailout db upgrade   # mailout's tables
     uvicorn examples.fastapi_orders.app:app
+    mailout dev-sink --port 2525 &                           # a local SMTP sink (.eml files)
     MAILOUT_DATABASE_URL=$DATABASE_URL MAILOUT_TEMPLATES=examples/templates \\
-        MAIL_FROM=shop@example.com mailout worker              # the same URL works
+        MAIL_FROM=shop@example.com SMTP_HOST=127.0.0.1 SMTP_PORT=2525 SMTP_TLS=none \\
+        mailout worker                                       # the same URL works
+
+Without ``SMTP_*`` the worker sends to ``localhost:587`` with STARTTLS, and with no
+server there it reports an outage and keeps the mail pending.
 
 ``POST /orders {"email": ..., "items": [...]}`` creates the order and enqueues
 ``order_confirmation`` under the key ``order-<id>-confirmation``: commit means both
