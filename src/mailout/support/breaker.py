@@ -78,10 +78,16 @@ class Breaker:
         self.failed_probes, self._current, self._probe = 0, 0.0, None
         return was
 
-    def probe_started(self, token: int) -> None:
-        """``token`` was let through while open: its result decides this cycle."""
-        if self.is_open and self._probe is None:
-            self._probe = token
+    def probe_started(self, token: int) -> bool:
+        """``token`` goes out while open: it becomes the probe, whose result decides
+        this cycle, if a probe is due (True). A send picked before the breaker opened
+        is not one (False): taken as the probe, it would go out moments after the
+        failure that opened the breaker and, failing as well, double the backoff
+        before any backoff had passed."""
+        if not self.probe_due:
+            return False
+        self._probe = token
+        return True
 
     def probe_inconclusive(self, token: int) -> None:
         """The probe ended without an answer either way (a render error, a guard, its
@@ -97,12 +103,7 @@ class Breaker:
     def admit(self, token: int) -> bool:
         """May send ``token`` go through now? Always while closed; while open, only as
         the probe (and then it is the probe)."""
-        if not self.is_open:
-            return True
-        if not self.probe_due:
-            return False
-        self._probe = token
-        return True
+        return not self.is_open or self.probe_started(token)
 
     def capacity(self, free: int, in_flight: int) -> int:
         """How many sends may start now, given ``free`` slots and ``in_flight`` sends

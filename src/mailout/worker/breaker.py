@@ -46,9 +46,18 @@ class Breakers:
     def capacity(self, free: int, in_flight: int) -> int:
         return min(b.capacity(free, in_flight) for b in self.both)
 
-    def probe_started(self, message_id: int) -> None:
-        for b in self.both:
+    def probe_started(self, message_id: int) -> bool:
+        """Make ``message_id`` the probe of every open breaker, if each has one due.
+
+        False (and no breaker changed) when one is not due: the message was claimed
+        by a claim that began before a breaker opened, or another lane has the probe.
+        """
+        open_ = [b for b in self.both if b.is_open]
+        if not all(b.probe_due for b in open_):
+            return False
+        for b in open_:
             b.probe_started(message_id)
+        return True
 
     def probe_inconclusive(self, message_id: int) -> None:
         for b in self.both:

@@ -125,20 +125,41 @@ class LaneRunner:
         While a breaker is open only a probe is claimed, once its backoff has passed;
         with it, the rows that have outlived their age limit, which end ``dead``
         without a send (so an outage longer than ``max_age`` dead-letters them then,
-        not only after it ends).
+        not only after it ends). Rows that a claim begun before the breaker opened
+        brings back are not probes: they go back to pending, uncharged, unsent.
         """
         breakers = self.worker.breakers
         probing = breakers.paused and breakers.capacity(1, len(self.in_flight)) > 0
         claimed, full = await self._claim_groups()
         if breakers.paused:
-            for msg in claimed:
-                breakers.probe_started(msg.id)
+            claimed = await self._keep_probe(claimed)
         if probing:
             free = self.lane.concurrency - len(self.in_flight) - len(claimed)
             if free > 0:
                 claimed += await asyncio.to_thread(self._claim, self.lane.queues, (), free,
                                                    True)
         return claimed, full and not breakers.paused
+
+    async def _keep_probe(self, claimed: list[ClaimedMessage]) -> list[ClaimedMessage]:
+        """The claimed row that becomes the probe, if one is due; the rest are released."""
+        breakers = self.worker.breakers
+        keep: list[ClaimedMessage] = []  # one at most: the first takes the probe
+        back: list[tuple[int, str]] = []
+        for msg in claimed:
+            if breakers.probe_started(msg.id):
+                keep.append(msg)
+            else:
+                back.append((msg.id, msg.lease_token))
+        if back:
+            try:
+                await asyncio.to_thread(self._release, back)
+            except (OperationalError, DBAPIError) as exc:
+                # Their leases expire and they are claimed again: late, never lost.
+                log.warning("could not release %d rows claimed as the breaker opened: %s",
+                            len(back), type(exc).__name__,
+                            extra={"event": "release_failed", "lane": self.lane.name,
+                                   "count": len(back), "error": type(exc).__name__})
+        return keep
 
     async def _claim_groups(self) -> tuple[list[ClaimedMessage], bool]:
         claimed: list[ClaimedMessage] = []

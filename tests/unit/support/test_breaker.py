@@ -3,6 +3,8 @@ and the worker's two breakers built on it."""
 
 from __future__ import annotations
 
+import pytest
+
 from mailout.support.breaker import Breaker, Trip
 from mailout.worker.breaker import Breakers
 
@@ -123,3 +125,30 @@ def test_a_probe_that_never_answered_frees_the_slot() -> None:
     assert b.admit(1)
     b.probe_inconclusive(1)  # cancelled before an answer
     assert b.admit(2)
+
+
+def test_a_send_picked_before_it_opened_is_not_the_probe_and_the_first_waits_its_base() -> None:
+    # Issue 33, item 15: a claim in flight when the breaker opened made its message the
+    # probe 14 ms into the outage; it failed too, and the next wait doubled at once.
+    b, clock = breaker(base=5, cap=300)
+    assert b.fail("connect_refused", 1) == Trip(opened=True, seconds=5)
+    clock.now += 0.014
+    taken = b.probe_started(2)  # claimed before it opened
+    assert b.fail("connect_refused", 2) is None  # no evidence: the wait stays 5 s
+    assert taken is False
+    assert b.seconds_left() == pytest.approx(5 - 0.014)
+    clock.now += 5 - 0.014
+    assert b.probe_started(3) is True  # the first probe, its base interval after
+    assert b.fail("connect_refused", 3) == Trip(opened=False, seconds=10)
+
+
+def test_the_worker_breakers_take_a_probe_only_when_every_open_one_has_it_due() -> None:
+    breakers = Breakers(30, 600, 5, 300)
+    clock = Clock()
+    breakers.pause.clock = breakers.outage.clock = clock
+    breakers.outage.fail("connect_refused", 1)
+    assert breakers.probe_started(2) is False
+    assert breakers.outage.fail("connect_refused", 2) is None
+    clock.now += 5
+    assert breakers.probe_started(3) is True
+    assert breakers.probe_started(4) is False  # one probe at a time
