@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         NotFound,
         RenderError,
         SchemaMissing,
+        TemplateNotFound,
     )
     from mailout.models import Attachment, EnqueueResult, Mailbox, Outcome, Status
     from mailout.outbox import (
@@ -42,7 +43,8 @@ _EXPORTS = {
     "mailout.outbox": ("EnqueueSettings", "Message", "enqueue", "enqueue_async",
                        "enqueue_many", "enqueue_many_async"),
     "mailout.exceptions": ("ConfigError", "IdempotencyConflict", "InvalidMessage",
-                           "MailoutError", "NotFound", "RenderError", "SchemaMissing"),
+                           "MailoutError", "NotFound", "RenderError", "SchemaMissing",
+                           "TemplateNotFound"),
     "mailout.models": ("Attachment", "EnqueueResult", "Mailbox", "Outcome", "Status"),
     "mailout.db.migrate": ("upgrade_database",),
     "mailout.db.operator": ("count_messages",),
@@ -64,6 +66,7 @@ __all__ = [
     "RenderError",
     "SchemaMissing",
     "Status",
+    "TemplateNotFound",
     "__version__",
     "count_messages",
     "enqueue",

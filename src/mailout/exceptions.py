@@ -23,6 +23,21 @@ class InvalidMessage(MailoutError, ValueError):
         super().__init__(f"{field}: {reason}")
 
 
+class TemplateNotFound(InvalidMessage):
+    """Enqueue found no such template where the worker renders from; nothing was written.
+
+    ``template`` is the name asked for and ``folder`` the templates folder looked in
+    (absolute: ``MAILOUT_TEMPLATES``, else ``./templates``). ``field`` is ``template``.
+    An app that enqueues where the templates are not (they live with the worker)
+    sets ``MAILOUT_TEMPLATES_CHECK=off``.
+    """
+
+    def __init__(self, template: str, folder: str, reason: str) -> None:
+        self.template = template
+        self.folder = folder
+        super().__init__("template", reason)
+
+
 class IdempotencyConflict(MailoutError, ValueError):
     """A key was enqueued again with different content.
 

@@ -23,7 +23,7 @@ from mailout.db import attachments as stored_attachments
 from mailout.db import inserts
 from mailout.delivery.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.delivery.policy import MAX_AGE_SECONDS, QueuePolicy, RetryPolicy, parse_queue_policies
-from mailout.exceptions import IdempotencyConflict, InvalidMessage
+from mailout.exceptions import IdempotencyConflict, InvalidMessage, TemplateNotFound
 from mailout.message import addresses, compose, template_params, validate, whole
 from mailout.message.templates import resolve_variant, template_schema
 from mailout.models import Attachment, EnqueueResult, Mailbox
@@ -49,7 +49,8 @@ Addresses = str | Mailbox | Sequence[str | Mailbox]
 class EnqueueSettings:
     """What enqueue needs from the environment. ``from_env`` reads it; tests pass their own."""
 
-    # When set, templates must exist there and params must cover their variables.
+    # When set, templates must exist there and params must cover their variables;
+    # None checks nothing (from_env: MAILOUT_TEMPLATES_CHECK=off).
     templates_dir: Path | None = None
     message_id_domain: str | None = None
     max_message_bytes: int = DEFAULT_MAX_BYTES
@@ -64,10 +65,14 @@ class EnqueueSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EnqueueSettings:
         env = os.environ if env is None else env
-        # The worker's folder: MAILOUT_TEMPLATES, else ./templates when it exists (an
-        # app that enqueues away from the templates is not refused for lacking them).
-        templates = env.get("MAILOUT_TEMPLATES") or (
-            DEFAULT_TEMPLATES if Path(DEFAULT_TEMPLATES).is_dir() else None)
+        # The worker's folder, MAILOUT_TEMPLATES else ./templates, whether it exists or
+        # not: a template enqueue cannot find there is refused, not failed later by the
+        # worker. An app that enqueues where the templates are not (they live with the
+        # worker) says so with MAILOUT_TEMPLATES_CHECK=off.
+        check = env.get("MAILOUT_TEMPLATES_CHECK")
+        templates = env.get("MAILOUT_TEMPLATES") or DEFAULT_TEMPLATES
+        if check and not envparse.boolean("MAILOUT_TEMPLATES_CHECK", check):
+            templates = ""
         domain = env.get("MAILOUT_MESSAGE_ID_DOMAIN") or _domain_of(env.get("MAIL_FROM", ""))
         return cls(
             templates_dir=Path(templates) if templates else None,
@@ -84,7 +89,8 @@ class EnqueueSettings:
 
 # Every variable from_env() reads: enqueue without settings parses them again only
 # when one of them changed (tests/unit/test_enqueue_settings.py checks this list).
-ENV_NAMES = ("MAILOUT_TEMPLATES", "MAILOUT_MESSAGE_ID_DOMAIN", "MAIL_FROM",
+ENV_NAMES = ("MAILOUT_TEMPLATES", "MAILOUT_TEMPLATES_CHECK", "MAILOUT_MESSAGE_ID_DOMAIN",
+             "MAIL_FROM",
              "MAILOUT_MAX_MESSAGE_BYTES", "MAILOUT_MAX_ATTACHMENT_BYTES",
              "MAILOUT_MAX_RECIPIENTS", "MAILOUT_MAX_AGE_SECONDS", "MAILOUT_QUEUE_POLICIES",
              "MAILOUT_NOTIFY")
@@ -94,13 +100,10 @@ _FROM_ENV_KEPT = 8  # environments remembered at most (tests change them often)
 
 def _settings_from_env() -> EnqueueSettings:
     """``EnqueueSettings.from_env()`` of this process, parsed again only when one of
-    ENV_NAMES changed or, with MAILOUT_TEMPLATES unset, ./templates appeared or went
-    (parsing is about 20 us, much of an enqueue). Errors are raised on every call, as
-    nothing is remembered from a failed parse."""
+    ENV_NAMES changed (parsing is about 20 us, much of an enqueue). Errors are raised
+    on every call, as nothing is remembered from a failed parse."""
     env = os.environ
-    key: tuple[object, ...] = tuple(env.get(name) for name in ENV_NAMES)
-    if not key[0]:
-        key += (os.path.isdir(DEFAULT_TEMPLATES),)
+    key = tuple(env.get(name) for name in ENV_NAMES)
     settings = _FROM_ENV.get(key)
     if settings is None:
         settings = EnqueueSettings.from_env()
@@ -315,13 +318,21 @@ def _find_template(folder: Path, checked: str, locale: str | None) -> Checked:
     variant = resolve_variant(folder, checked, locale)
     if variant is None:
         if locale is None or resolve_variant(folder, checked, None) is None:
-            raise InvalidMessage("template", f"no template {checked!r} in {folder} "
-                                 "(MAILOUT_TEMPLATES, default ./templates)")
+            raise _not_found(folder, checked)
         raise InvalidMessage("locale", f"template {checked!r} has no variant for {locale!r} "
                              f"(looked for {locale}/, its language's folder and the template's "
                              f"own in {folder})")
     return (checked, template_schema(folder, checked), variant,
             template_params.required_params(folder, variant))
+
+
+def _not_found(folder: Path, name: str) -> TemplateNotFound:
+    where = os.path.abspath(folder)
+    missing = "" if folder.is_dir() else ", a folder that does not exist"
+    return TemplateNotFound(name, where, (
+        f"no template {name!r} in {where}{missing} (MAILOUT_TEMPLATES, default "
+        "./templates: the folder the worker renders from; where the templates live "
+        "only with the worker, MAILOUT_TEMPLATES_CHECK=off enqueues without looking)"))
 
 
 def _schedule(msg: Message, settings: EnqueueSettings) -> dict[str, Any]:

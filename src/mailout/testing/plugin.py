@@ -3,7 +3,8 @@
 ``outbox`` is an :class:`~mailout.testing.Outbox` over ``mailout_database_url``: by
 default a fresh, migrated SQLite file per test. Override ``mailout_database_url`` to
 use your own test database (it must be migrated: ``mailout.db.migrate.upgrade``), and
-``mailout_templates`` to point at your templates.
+``mailout_templates`` to point at your templates (for the test, ``MAILOUT_TEMPLATES``
+is set to it, so that enqueue checks templates there as the worker renders them).
 
 Enqueue with an engine of ``outbox.database_url`` (or your application's session),
 commit, then ``outbox.assert_enqueued(...)`` and ``outbox.deliver_all()``.
@@ -38,7 +39,11 @@ def mailout_templates() -> Path | None:
 
 
 @pytest.fixture
-def outbox(mailout_database_url: str, mailout_templates: Path | None) -> Iterator[Outbox]:
+def outbox(mailout_database_url: str, mailout_templates: Path | None,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[Outbox]:
+    if mailout_templates is not None:
+        # Enqueue checks templates in the folder the worker renders from.
+        monkeypatch.setenv("MAILOUT_TEMPLATES", str(mailout_templates))
     engine = db.make_engine(mailout_database_url)
     yield Outbox(engine.connect, mailout_database_url, templates_dir=mailout_templates)
     engine.dispose()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mailout import outbox
-from mailout.exceptions import InvalidMessage
+from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.message.template_params import check_params, required_params
 from mailout.outbox import DEFAULT_TEMPLATES, EnqueueSettings
 
@@ -80,15 +80,23 @@ def test_an_edited_template_is_read_again(templates: Path) -> None:
     assert required_params(templates, "order/es") == {"order_id", "total"}
 
 
-def test_enqueue_uses_the_workers_default_folder_when_it_exists(
+def test_enqueue_checks_in_the_workers_folder_unless_told_not_to(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert EnqueueSettings.from_env({}).templates_dir is None  # no ./templates: not checked
+    # No ./templates: still the folder looked in (a template there cannot be found).
+    assert EnqueueSettings.from_env({}).templates_dir == Path(DEFAULT_TEMPLATES)
     (tmp_path / DEFAULT_TEMPLATES).mkdir()
     assert EnqueueSettings.from_env({}).templates_dir == Path(DEFAULT_TEMPLATES)
     explicit = EnqueueSettings.from_env({"MAILOUT_TEMPLATES": "/srv/mail"})
     assert explicit.templates_dir == Path("/srv/mail")
+    for off in ("off", "false", "0"):
+        assert EnqueueSettings.from_env({"MAILOUT_TEMPLATES_CHECK": off,
+                                         "MAILOUT_TEMPLATES": "/srv/mail"}).templates_dir is None
+    assert EnqueueSettings.from_env({"MAILOUT_TEMPLATES_CHECK": "on"}).templates_dir == \
+        Path(DEFAULT_TEMPLATES)
+    with pytest.raises(ConfigError, match="MAILOUT_TEMPLATES_CHECK"):
+        EnqueueSettings.from_env({"MAILOUT_TEMPLATES_CHECK": "sometimes"})
 
 
 def _bump(path: Path) -> None:

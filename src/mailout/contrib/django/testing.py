@@ -51,7 +51,11 @@ def mailout_templates() -> Path | None:
 
 
 @pytest.fixture
-def outbox(settings: Any, mailout_templates: Path | None) -> DjangoOutbox:
+def outbox(settings: Any, mailout_templates: Path | None,
+           monkeypatch: pytest.MonkeyPatch) -> DjangoOutbox:
     settings.EMAIL_BACKEND = BACKEND
+    if mailout_templates is not None:
+        # Enqueue checks templates in the folder the worker renders from.
+        monkeypatch.setenv("MAILOUT_TEMPLATES", str(mailout_templates))
     using = str(getattr(settings, "MAILOUT_DATABASE", "default"))
     return DjangoOutbox(using, templates_dir=mailout_templates)
