@@ -6,11 +6,6 @@ read the way the worker reads them.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-import textwrap
 from email import message_from_bytes, policy
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,50 +14,36 @@ import pytest
 from django.conf import global_settings
 
 from mailout.contrib.django.mail_settings import worker_environment
-from tests.acceptance.test_readme_quickstart import _stop_sink, free_port
-from tests.support.new_django_project import clean_env
+from tests.support.shell_blocks import REPO, Block, blocks, free_port, run_blocks
 
-REPO = Path(__file__).resolve().parents[4]
 # Lines a test leaves out: its own virtualenv, with mailout installed, is on PATH.
 INSTALL = ("python3 -m venv .venv && . .venv/bin/activate", "pip install 'mailout[django]'")
 PORT_IN_README = "EMAIL_PORT = 2525"
 SINK_IN_README = "mailout dev-sink --background"
 
 
-def django_blocks() -> list[tuple[str, str]]:
-    """(language, text) of each code block of the README's Django section, in order."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Django\n", 1)[1].split("\n## ", 1)[0]
-    return [(lang, textwrap.dedent(text))
-            for lang, text in re.findall(r"```(\w+)\n(.*?)```", section, re.S)]
+def django_blocks() -> list[Block]:
+    """Each code block of the README's Django section, in order."""
+    return blocks(REPO / "README.md", "Django")
 
 
 @pytest.mark.slow
 def test_the_django_section_pasted_into_a_shell_delivers_its_message(tmp_path: Path) -> None:
-    (_, setup), (_, settings), (_, run) = django_blocks()[:3]
-    for line in INSTALL:
-        assert line in setup
-        setup = setup.replace(line, "")
-    # The only changes to the text: another run on this machine may hold port 2525.
+    setup, settings, run = django_blocks()[:3]
+    assert (setup.lang, settings.lang, run.lang) == ("sh", "python", "sh")
+    # The only changes to the text: another run on this machine may hold port 2525,
+    # and the settings lines go into the new project's settings.py.
     port = free_port()
-    assert PORT_IN_README in settings
-    assert SINK_IN_README in run
-    script = "\n".join([
-        setup, f"cat >> mysite/settings.py <<'SETTINGS'\n"
-        f"{settings.replace(PORT_IN_README, f'EMAIL_PORT = {port}')}SETTINGS",
-        run.replace(SINK_IN_README, f"{SINK_IN_README} --port {port}")])
-    env = clean_env()
-    venv_bin = str(Path(sys.executable).parent)
-    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
-    env["VIRTUAL_ENV"] = str(Path(venv_bin).parent)
-    try:
-        done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
-    finally:
-        _stop_sink(tmp_path / "mysite" / "sink-mail" / "dev-sink.pid")
+    assert all(line in setup.text for line in INSTALL)
+    assert PORT_IN_README in settings.text
+    assert SINK_IN_README in run.text
+    append = Block(settings.path, settings.line, "sh", "cat >> mysite/settings.py <<'SETTINGS'\n"
+                   f"{settings.text.replace(PORT_IN_README, f'EMAIL_PORT = {port}')}SETTINGS\n",
+                   runnable=False)
+    replace = {**dict.fromkeys(INSTALL, ""),
+               SINK_IN_README: f"{SINK_IN_README} --port {port}"}
+    *_, done = run_blocks([setup, append, run], tmp_path, replace=replace, timeout=300)
     out = done.stdout + done.stderr
-    assert done.returncode == 0, out
-    assert "Applying mailout.0001_initial... OK" in done.stdout, out
     assert "idle: 1 sent" in done.stdout, out
     received = message_from_bytes((tmp_path / "mysite" / "sink-mail" / "1.eml").read_bytes(),
                                   policy=policy.default)
@@ -75,7 +56,7 @@ def test_the_production_settings_reach_the_worker_as_the_table_says(
 ) -> None:
     monkeypatch.setenv("DATABASE_PASSWORD", "db-pw")
     monkeypatch.setenv("EMAIL_HOST_PASSWORD", "smtp-pw")
-    production, mailers = (text for lang, text in django_blocks()[3:] if "EMAIL" in text)
+    production, mailers = (b.text for b in django_blocks()[3:] if "EMAIL" in b.text)
     project = {k: getattr(global_settings, k) for k in dir(global_settings) if k.isupper()}
     exec(production, project)  # the README's own block, run as Django runs settings
     found = worker_environment(SimpleNamespace(**project), {}, has_mailers=False)
