@@ -69,13 +69,12 @@ class EnqueueSettings:
         # not: a template enqueue cannot find there is refused, not failed later by the
         # worker. An app that enqueues where the templates are not (they live with the
         # worker) says so with MAILOUT_TEMPLATES_CHECK=off.
-        check = env.get("MAILOUT_TEMPLATES_CHECK")
         templates = env.get("MAILOUT_TEMPLATES") or DEFAULT_TEMPLATES
-        if check and not envparse.boolean("MAILOUT_TEMPLATES_CHECK", check):
-            templates = ""
+        check = env.get("MAILOUT_TEMPLATES_CHECK")
+        checked = not check or envparse.boolean("MAILOUT_TEMPLATES_CHECK", check)
         domain = env.get("MAILOUT_MESSAGE_ID_DOMAIN") or _domain_of(env.get("MAIL_FROM", ""))
         return cls(
-            templates_dir=Path(templates) if templates else None,
+            templates_dir=Path(templates) if checked else None,
             message_id_domain=domain or None,
             max_message_bytes=_positive(env, "MAILOUT_MAX_MESSAGE_BYTES", DEFAULT_MAX_BYTES),
             max_attachment_bytes=_positive(env, "MAILOUT_MAX_ATTACHMENT_BYTES",
@@ -90,8 +89,7 @@ class EnqueueSettings:
 # Every variable from_env() reads: enqueue without settings parses them again only
 # when one of them changed (tests/unit/test_enqueue_settings.py checks this list).
 ENV_NAMES = ("MAILOUT_TEMPLATES", "MAILOUT_TEMPLATES_CHECK", "MAILOUT_MESSAGE_ID_DOMAIN",
-             "MAIL_FROM",
-             "MAILOUT_MAX_MESSAGE_BYTES", "MAILOUT_MAX_ATTACHMENT_BYTES",
+             "MAIL_FROM", "MAILOUT_MAX_MESSAGE_BYTES", "MAILOUT_MAX_ATTACHMENT_BYTES",
              "MAILOUT_MAX_RECIPIENTS", "MAILOUT_MAX_AGE_SECONDS", "MAILOUT_QUEUE_POLICIES",
              "MAILOUT_NOTIFY")
 _FROM_ENV: dict[tuple[object, ...], EnqueueSettings] = {}  # the parses remembered

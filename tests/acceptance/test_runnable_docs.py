@@ -63,3 +63,10 @@ def test_a_failing_block_is_named_by_file_and_line(tmp_path: Path) -> None:
     # the folder it moved to carried over.
     assert message.startswith(f"{doc}:19: the block exited 1"), message
     assert "no-such-key" in message
+
+
+def test_a_marker_that_marks_no_block_is_refused(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Doc\n\n<!-- runnable -->\n\n```sh\ntrue\n```\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match=r"doc\.md:3: <!-- runnable --> not above a fence"):
+        runnable(doc)

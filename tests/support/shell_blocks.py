@@ -84,7 +84,12 @@ def blocks(path: Path, section: str | None = None) -> list[Block]:
 
 
 def runnable(path: Path) -> list[Block]:
-    """The blocks of ``path`` marked runnable; each must be a shell block."""
+    """The blocks of ``path`` marked runnable; each must be a shell block, and each
+    marker must sit right above a fence (a stray one would mark nothing)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines[:-1]):
+        if line.strip() == MARKER:
+            assert _FENCE.match(lines[n + 1]), f"{path}:{n + 1}: {MARKER} not above a fence"
     marked = [b for b in blocks(path) if b.runnable]
     for block in marked:
         assert block.lang in ("sh", "bash"), f"{block.where}: a runnable block must be sh"
