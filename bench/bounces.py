@@ -21,6 +21,14 @@ parsed as ``mailout bounces ingest`` would, and compared with Sisimai's reading 
   mailout reads with the right address, and how many of those carry a Message-ID or a
   return path to link them by.
 
+Each figure is printed as measured against Sisimai, and where Sisimai is judged wrong
+(:data:`bench.bounce_disputes.DISPUTED`, a case and a reason each, read by hand from the
+message) again with those cases counted for mailout. A listed case that no longer
+disagrees as listed is printed as stale.
+
+A file that is an mbox of several messages (it starts with a ``From`` line) is read as
+such, as Sisimai reads it.
+
 ``--verbose`` lists every disagreement. ``--json`` prints the figures as JSON.
 """
 
@@ -44,6 +52,7 @@ from bench.bounce_corpus import (
     Sample,
     load,
 )
+from bench.bounce_disputes import DISPUTED, Disputed
 
 _REPORT_TYPES = frozenset({"message/delivery-status", "message/global-delivery-status",
                            "message/feedback-report"})
@@ -78,6 +87,13 @@ class Score:
     non_rfc_linkable: int = 0
     mailman_expected: int = 0
     mailman_found: int = 0
+    # Disagreements listed in bench.bounce_disputes, counted for mailout.
+    refused_disputed: int = 0
+    addresses_disputed: int = 0
+    verdicts_disputed: int = 0
+    soft_to_hard_disputed: int = 0
+    disputes_used: list[str] = field(default_factory=list)
+    stale_disputes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def share(self, part: int, whole: int) -> str:
@@ -135,6 +151,25 @@ def status_of(event: Any) -> str | None:
     return match.group(0) if match else None
 
 
+def _dispute(file: str, address: str, kind: str, ours: str) -> Disputed | None:
+    for d in DISPUTED:
+        if (d.file, d.address, d.kind, d.ours) == (file, address, kind, ours):
+            return d
+    return None
+
+
+def _use(s: Score, d: Disputed) -> None:
+    s.disputes_used.append(f"{d.file} {d.address} {d.kind}")
+
+
+def split_mbox(data: bytes) -> list[bytes]:
+    """The messages of a file: one, or each of an mbox's (a ``From `` line first)."""
+    if not data.startswith(b"From "):
+        return [data]
+    chunks = re.split(rb"\r?\n(?=From \S+ )", data)
+    return [c for c in chunks if c.strip()]
+
+
 def _variants(data: bytes) -> list[bytes]:
     lf = data.replace(b"\r\n", b"\n")
     return [lf.replace(b"\n", b"\r\n"), lf.replace(b"\n", b"\r"), data[: len(data) // 3],
@@ -155,19 +190,21 @@ def score(samples: list[Sample], verbose: bool = False) -> Score:
             except Exception as exc:  # a crash is what is counted
                 s.crashed += 1
                 s.notes.append(f"{sample.name} (variant): crash {type(exc).__name__}")
-        try:
-            events = dsn.parse(sample.data, sample.name)
-        except dsn.ReportError as exc:
-            events = []
-            refusal = str(exc.reason)
-        except Exception as exc:  # a crash
-            s.crashed += 1
-            s.notes.append(f"{sample.name}: crash {type(exc).__name__}: {exc}")
-            events = []
-            refusal = "crash"
-        else:
-            refusal = ""
+        events: list[Any] = []
+        refusal = ""
+        for message in split_mbox(sample.data):
+            try:
+                events.extend(dsn.parse(message, sample.name))
+            except dsn.ReportError as exc:
+                refusal = refusal or str(exc.reason)
+            except Exception as exc:  # a crash
+                s.crashed += 1
+                s.notes.append(f"{sample.name}: crash {type(exc).__name__}: {exc}")
+                refusal = "crash"
+        if events and refusal != "crash":
+            refusal = ""  # an mbox: one message read is the file read
         _score_sample(s, sample, events, refusal)
+    s.stale_disputes = stale_disputes(s, {sample.name for sample in samples})
     if not verbose:
         s.notes = [n for n in s.notes if "crash" in n]
     return s
@@ -181,7 +218,7 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
         s.mailman_expected += len(sample.mailman)
         s.mailman_found += sum(1 for a in sample.mailman if a in ours)
     expected = {e.address: e for e in sample.expected if e.address}
-    if not is_rfc_format(sample.data):
+    if not any(is_rfc_format(m) for m in split_mbox(sample.data)):
         if expected:
             s.non_rfc_with_address += 1
             hits = [ours[a] for a in expected if a in ours]
@@ -190,9 +227,15 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
                 s.non_rfc_linkable += any(e.message_id or e.return_path for e in hits)
         return
     s.rfc_format += 1
+    refusal_disputed = None
     if refusal:
         s.refused += refusal != "crash"
         s.notes.append(f"{sample.name}: refused: {refusal}")
+        refusal_disputed = next((d for d in DISPUTED if d.file == sample.name
+                                 and d.kind == "refused"), None)
+        if refusal_disputed is not None and refusal != "crash":
+            s.refused_disputed += 1
+            _use(s, refusal_disputed)
     else:
         s.parsed += 1
     for address, exp in expected.items():
@@ -206,7 +249,16 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
         s.recipients += 1
         event = ours.get(address)
         if event is None:
-            if not refusal:
+            if refusal_disputed is not None and refusal_disputed.address == address:
+                s.addresses_disputed += 1
+                continue
+            disputed = next((_dispute(sample.name, address, "address", a) for a in ours
+                             if _dispute(sample.name, address, "address", a)), None)
+            if disputed is not None:
+                s.addresses_disputed += 1
+                _use(s, disputed)
+                _score_verdict(s, sample, exp, ours[disputed.ours])
+            elif not refusal:
                 s.notes.append(f"{sample.name}: missed {address}; ours: {sorted(ours)}")
             continue
         s.addresses_right += 1
@@ -219,15 +271,22 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
 
 def _score_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> None:
     mine = verdict_of(event)
+    disputed = None
     if exp.verdict != VERDICT_NONE or mine != VERDICT_NONE:
         s.verdicts_judged += 1
         s.verdicts_right += mine == exp.verdict
         if mine != exp.verdict:
+            disputed = _dispute(sample.name, exp.address, "verdict", mine)
             s.notes.append(f"{sample.name}: {exp.address} verdict {mine}, oracle "
-                           f"{exp.verdict} ({exp.reason}); ours: {event.diagnostic!r}")
+                           f"{exp.verdict} ({exp.reason}); ours: {event.diagnostic!r}"
+                           + (" [disputed]" if disputed else ""))
+        if disputed is not None:
+            s.verdicts_disputed += 1
+            _use(s, disputed)
     if exp.verdict == VERDICT_SOFT:
         s.oracle_soft += 1
         s.soft_to_hard += mine == VERDICT_HARD
+        s.soft_to_hard_disputed += mine == VERDICT_HARD and disputed is not None
     if mine == VERDICT_HARD:
         s.hard_verdicts += 1
         s.hard_right += exp.verdict == VERDICT_HARD
@@ -237,6 +296,27 @@ def _score_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> None:
         s.statuses_right += got == exp.status
         if got != exp.status:
             s.notes.append(f"{sample.name}: {exp.address} status {got}, oracle {exp.status}")
+
+
+def stale_disputes(s: Score, files: set[str]) -> list[str]:
+    """Listed disputes about files of this corpus that no longer arose as listed."""
+    used = set(s.disputes_used)
+    return [key for d in DISPUTED
+            if d.file in files and (key := f"{d.file} {d.address} {d.kind}") not in used]
+
+
+def _with_disputes(s: Score) -> list[str]:
+    if not s.disputes_used:
+        return []
+    return [
+        f"  with the {len(s.disputes_used)} disagreements where Sisimai is judged wrong "
+        "(bench/bounce_disputes.py) counted for mailout:",
+        f"    refused    {s.refused - s.refused_disputed} RFC-format messages",
+        f"    addresses  {s.share(s.addresses_right + s.addresses_disputed, s.recipients)}",
+        f"    verdicts   {s.share(s.verdicts_right + s.verdicts_disputed, s.verdicts_judged)}"
+        " agree",
+        f"    soft->hard {s.share(s.soft_to_hard - s.soft_to_hard_disputed, s.oracle_soft)}",
+    ]
 
 
 def report(name: str, s: Score) -> str:
@@ -262,6 +342,9 @@ def report(name: str, s: Score) -> str:
     if s.mailman_expected:
         lines.append(f"  Mailman's expected addresses found: "
                      f"{s.share(s.mailman_found, s.mailman_expected)}")
+    lines.extend(_with_disputes(s))
+    lines.extend(f"  stale dispute (no longer arises as listed): {x}"
+                 for x in s.stale_disputes)
     lines.extend(f"    {note}" for note in s.notes)
     return "\n".join(lines)
 

@@ -12,6 +12,11 @@ full'``), and the diagnostic text. They often disagree. The most specific wins:
    ``x.0.0``; else on the ``Status``.
 3. else :attr:`Reason.UNKNOWN`.
 
+Then two facts about where the refusal came from can only make it softer: an unknown
+mailbox that the server claimed only after it had accepted the recipient (in reply to
+``DATA``, :data:`FILTERED_AFTER`) is its content filter speaking, and so is a carrier's
+"User unknown" that names no address (:data:`FILTERING_HOSTS`).
+
 Hard (:data:`HARD_REASONS`) means the mailbox or its domain does not exist, has moved or
 accepts no mail at all, and the failure is permanent (a 5.x.x code, or no code). Every
 other reason is soft whatever its class digit: policy, reputation, rate, content, virus
@@ -130,7 +135,9 @@ TEXT_RULES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
         r"no such (?:host|domain)", r"name or service not known", r"nxdomain",
         r"unrouteable address", r"unroutable", r"no mx (?:record|host)",
         r"mx (?:record )?not found",
-        r"bad destination (?:system|host)", r"domain (?:is )?not (?:hosted|served)")),
+        r"bad destination (?:system|host)", r"domain (?:is )?not (?:hosted|served)",
+        # Outlook.com: "... because the domain is not reachable. Please check the domain"
+        r"domain is not reachable\. please check the domain")),
     (Reason.MAILBOX_UNKNOWN, _rx(
         r"user unknown", r"unknown user", r"no such (?:user|mailbox|recipient|account|address|"
         r"person)", r"(?:recipient|user|mailbox|address|account|addressee)(?: name)? "
@@ -142,7 +149,11 @@ TEXT_RULES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
         r"bad destination mailbox", r"no mailbox", r"not our customer",
         r"(?:address|recipient) rejected: (?:access denied|not found|unknown)",
         r"undeliverable address", r"unknown or illegal alias", r"no longer (?:valid|exists)",
-        r"does not exist", r"doesn't have a .* account", r"no account")),
+        r"does not exist", r"doesn't have a .* account", r"no account",
+        # Gmail's text part: "wasn't delivered to x@y because the address couldn't be found"
+        r"because the address couldn't be found",
+        # Domino in Japanese: "User ... was not found in the Domino directory"
+        r"ユーザー.{0,120}見つかりません")),
     (Reason.EXPIRED, _rx(r"expired", r"retry time(?:out)? (?:not reached|exceeded)",
                          r"could not be delivered (?:within|for)", r"gave up",
                          r"delivery time", r"too long in (?:the )?queue")),
@@ -155,10 +166,36 @@ TEXT_RULES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
                           r"protocol (?:error|violation)", r"line too long")),
 )
 
-# Receiving hosts whose "user unknown" is not one: Japanese mobile carriers answer
-# "550 Unknown user" when the recipient's sender filter refuses the mail.
-FILTERING_HOSTS = re.compile(r"(?:^|\.)(?:ezweb\.ne\.jp|docomo\.ne\.jp|softbank\.ne\.jp|"
-                             r"i\.softbank\.jp)$|^mfsmax\.", re.IGNORECASE)
+# Receiving hosts whose "user unknown" is not always one: Japanese mobile carriers answer
+# "550 : User unknown", naming no address, when the recipient's own sender filter refuses
+# the mail, and "550 <x@y>: User unknown" when there is no such mailbox (au/KDDI; the
+# same split is Sisimai's Rhost::KDDI).
+FILTERING_HOSTS = re.compile(r"(?:^|\.)(?:ezweb\.ne\.jp|au\.com|docomo\.ne\.jp|"
+                             r"softbank\.ne\.jp|i\.softbank\.jp)$|^mfsmax\.", re.IGNORECASE)
+_NAMES_AN_ADDRESS = re.compile(r"[^\s<>()]@[A-Za-z0-9]")
+
+# SMTP commands after which "no such user" is not believed: RFC 5321 has the server
+# refuse an unknown mailbox at RCPT. One that accepted the recipient and then refuses
+# the message after DATA "as an unknown user" has judged the message (per-user
+# filters answer so, to hide that they exist); the mailbox may well exist. Soft, and
+# the soft-bounce limit still suppresses an address that keeps failing.
+FILTERED_AFTER = frozenset({"DATA"})
+
+# (reason of the text, subject.detail of a code): pairs that state the same thing in
+# two ways, so the code is no contradicting statement, and the reason they add up to.
+AGREEING_CODES: dict[tuple[Reason, str], Reason] = {
+    # Sendmail-style "550 5.2.1 <x>... User Unknown": unknown and disabled both say the
+    # mailbox takes no mail; the text is the more specific.
+    (Reason.MAILBOX_UNKNOWN, "2.1"): Reason.MAILBOX_UNKNOWN,
+    # Exchange Online's directory-based edge blocking: "550 5.4.1 Recipient address
+    # rejected: Access denied" for an address that is not in the directory.
+    (Reason.MAILBOX_UNKNOWN, "4.1"): Reason.MAILBOX_UNKNOWN,
+    # iCloud: "550 5.1.1 <x>: inactive email address": the code says no such mailbox.
+    (Reason.MAILBOX_DISABLED, "1.1"): Reason.MAILBOX_UNKNOWN,
+    # Sendmail writes 5.7.27 (RFC 7505's "sender address has null MX") with "Host does
+    # not accept mail" for the recipient's domain's null MX.
+    (Reason.NOT_ACCEPTING, "7.27"): Reason.NOT_ACCEPTING,
+}
 
 # ``subject.detail`` of an enhanced status code (RFC 3463 and its IANA registry).
 CODE_RULES: dict[str, Reason] = {
@@ -253,31 +290,49 @@ def reason_for_code(code: str | None) -> Reason:
 
 
 def classify(status: str | None, diagnostic: str | None,
-             remote_host: str | None = None) -> Verdict:
+             remote_host: str | None = None, command: str | None = None) -> Verdict:
     """The verdict for one failed recipient: the ``Status`` field (or None), the
-    diagnostic text (which may hold codes of its own) and the host that refused it
-    (a DSN's ``Remote-MTA``), when known.
+    diagnostic text (which may hold codes of its own), the host that refused it
+    (a DSN's ``Remote-MTA``) and the SMTP command it refused (``RCPT``, ``DATA``), when
+    known.
 
     The reason is the most specific statement's. Hard needs more: no statement may
-    blame something else. A ``Status: 5.2.1`` (mailbox disabled) with "User unknown",
-    or "Unknown address" wrapped around a ``5.7.1`` refusal, is soft: when the
-    reports disagree, the address is not suppressed on a guess. A sender-side
-    statement anywhere makes the whole verdict sender-side.
+    blame something else. A ``Status: 5.7.1`` (not authorised) with "Invalid
+    recipient", or "Unknown address" wrapped around a ``5.2.2`` full mailbox, is soft:
+    when the reports disagree, the address is not suppressed on a guess. Codes that
+    say the same as the text in other words (:data:`AGREEING_CODES`) do not disagree.
+    A sender-side statement anywhere makes the whole verdict sender-side.
     """
     code = status_code(status, diagnostic)
     reason = reason_for_text(_text_only(diagnostic)) or reason_for_code(code)
     if _DELIVERY_PROGRAM.match(diagnostic or ""):
         reason = Reason.SYSTEM  # a local delivery program failed (procmail...), not the address
-    if reason is Reason.MAILBOX_UNKNOWN and FILTERING_HOSTS.search(remote_host or ""):
+    stated_codes = [c for c in codes(status) + codes(diagnostic) if not _generic(c)]
+    agreeing = {c for c in stated_codes if (reason, _subject_detail(c)) in AGREEING_CODES}
+    if agreeing:
+        reason = AGREEING_CODES[(reason, _subject_detail(next(iter(agreeing))))]
+    if reason is Reason.MAILBOX_UNKNOWN and _filtered(diagnostic, remote_host, command):
         reason = Reason.POLICY
-    stated = {reason_for_code(c) for c in codes(status) + codes(diagnostic)
-              if not _generic(c)}
+    stated = {reason_for_code(c) for c in stated_codes if c not in agreeing}
     if stated & SENDER_SIDE_REASONS:
         reason = next(iter(stated & SENDER_SIDE_REASONS))
     permanent = code.startswith("5") if code else _reply_class(diagnostic) != "4"
     agreed = not (stated - HARD_REASONS - {Reason.UNKNOWN})
     hard = reason in HARD_REASONS and permanent and agreed
     return Verdict(BounceKind.HARD if hard else BounceKind.SOFT, reason, code)
+
+
+def _filtered(diagnostic: str | None, remote_host: str | None, command: str | None) -> bool:
+    """An "unknown user" that is a filter's answer (:data:`FILTERED_AFTER`,
+    :data:`FILTERING_HOSTS`)."""
+    if (command or "").upper() in FILTERED_AFTER:
+        return True
+    return (FILTERING_HOSTS.search(remote_host or "") is not None
+            and not _NAMES_AN_ADDRESS.search(diagnostic or ""))
+
+
+def _subject_detail(code: str) -> str:
+    return code.split(".", 1)[1]
 
 
 def _reply_class(diagnostic: str | None) -> str | None:

@@ -127,17 +127,22 @@ def read_mbox(path: Path) -> Iterator[tuple[str, bytes]]:
 # -- RFC 3464 ----------------------------------------------------------------------
 
 def _blocks(part: Message, source: str) -> list[Message]:
+    """The report's blocks, each read leniently and split per recipient
+    (:func:`~mailout.feedback.report_parts.status_fields`,
+    :func:`~mailout.feedback.report_parts.recipient_groups`)."""
     payload = part.get_payload()
     if isinstance(payload, list) and payload and all(isinstance(b, Message) for b in payload):
-        return list(payload)[:MAX_RECIPIENT_BLOCKS + 1]
-    raw = part.get_payload(decode=True)
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload or "")
-    chunks = [c for c in re.split(r"\r?\n[ \t]*\r?\n", text.replace("\r\n", "\n"))
-              if c.strip()][:MAX_RECIPIENT_BLOCKS + 1]
-    blocks = [email.message_from_string(chunk.strip() + "\n") for chunk in chunks]
+        parsed = list(payload)[:MAX_RECIPIENT_BLOCKS + 1]
+    else:
+        raw = part.get_payload(decode=True)
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload or "")
+        chunks = [c for c in re.split(r"\r?\n[ \t]*\r?\n", text.replace("\r\n", "\n"))
+                  if c.strip()][:MAX_RECIPIENT_BLOCKS + 1]
+        parsed = [email.message_from_string(chunk.strip() + "\n") for chunk in chunks]
+    blocks = [b for p in parsed for b in parts.recipient_groups(parts.status_fields(p))]
     if not blocks:
         raise ReportError(source, "the delivery-status part is empty")
-    return blocks
+    return blocks[:MAX_RECIPIENT_BLOCKS + 1]
 
 
 def _names_a_recipient(block: Message) -> bool:
@@ -157,30 +162,35 @@ def _dsn_events(part: Message, msg: Message, original: Message | None,
     message_id = parts.original_message_id(original)
     fallback_time = (parts.date(parts.header(per_message, "Arrival-Date"))
                      or parts.date(parts.header(msg, "Date")))
+    text = plain_bounces.own_text(msg)
     events = []
     for block in recipients:
-        event = _recipient_event(block, message_id, return_path, own_id, fallback_time)
+        event = _recipient_event(block, message_id, return_path, own_id, fallback_time, text)
         if event is not None:
             events.append(event)
     if not events:
         raise ReportError(source, "no recipient block has an Action or a Status")
-    return _name_the_unnamed(events, msg)
+    return _name_the_unnamed(events, msg, text)
 
 
-def _name_the_unnamed(events: list[Event], msg: Message) -> list[Event]:
+def _name_the_unnamed(events: list[Event], msg: Message, text: str) -> list[Event]:
     """A report whose one recipient field is not an address (a pipe command, a
-    mailbox path: ``rfc822;|/usr/bin/procmail``) often names the address in its text:
-    when the plain-text detectors find exactly one address there that no block
-    names, it is that recipient's."""
+    mailbox path: ``rfc822;|/usr/bin/procmail``, a bare ``@host``) often names the
+    address in its text: when the text's lists of failed addresses
+    (:data:`~mailout.feedback.plain_bounces.NAMING_LINES`), else the plain-text
+    detectors, give exactly one address that no block names, it is that recipient's."""
     unnamed = [i for i, e in enumerate(events) if not e.recipient]
     if len(unnamed) != 1:
         return events
     named = {e.recipient for e in events}
-    found = {e.recipient for e in plain_bounces.events(msg, None, "")} - named
+    found = plain_bounces.named_recipients(text) - named
+    if len(found) != 1:
+        found = {e.recipient for e in plain_bounces.events(msg, None, "")} - named
     if len(found) != 1:
         return events
     i = unnamed[0]
-    return [*events[:i], replace(events[i], recipient=found.pop()), *events[i + 1:]]
+    address = found.pop()
+    return [*events[:i], replace(events[i], recipient=address), *events[i + 1:]]
 
 
 def _action(block: Message, status: str) -> str | None:
@@ -211,16 +221,22 @@ def _remote_host(block: Message) -> str | None:
 
 
 def _recipient_event(block: Message, message_id: str | None, return_path: str | None,
-                     own_id: str, fallback_time: datetime | None) -> Event | None:
+                     own_id: str, fallback_time: datetime | None, text: str) -> Event | None:
+    """One recipient's event. ``text`` is the report's human-readable part: where the
+    block has no ``Diagnostic-Code`` (OpenSMTPD, Gmail), what the text says next to
+    the address stands in for it, and it tells which SMTP command was refused."""
     status = (parts.header(block, "Status") or "").strip()
     action = _action(block, status)
     if action is None:
         return None
     recipient = _recipient(block)
     diagnostic = clip(parts.unfold(parts.header(block, "Diagnostic-Code")))
+    if not diagnostic and recipient:
+        diagnostic = clip(plain_bounces.statement(text, recipient)) or None
     reason = code = None
     if action == "failed":
-        verdict = classify(status, diagnostic, _remote_host(block))
+        command = plain_bounces.smtp_command(text, recipient) if recipient else None
+        verdict = classify(status, diagnostic, _remote_host(block), command)
         etype, subtype, reason = EventType.BOUNCED, verdict.kind.value, verdict.reason.value
         code = verdict.status
     elif action == "delayed":
@@ -262,8 +278,11 @@ def _arf_events(part: Message, msg: Message, original: Message | None,
     message_id = parts.original_message_id(original)
     # Only Original-Rcpt-To names the complainant. The enclosed message's To: is
     # whatever the sender wrote (10,000 addresses, in a forged report): never read it.
+    # Removal-Recipient: the same, in the ARF drafts' opt-out reports (Version 0.1).
+    fields = (report.get_all("Original-Rcpt-To") or []) + \
+        (report.get_all("Removal-Recipient") or [])
     named = (parts.recipient_address(parts.clean(str(v)))
-             for v in (report.get_all("Original-Rcpt-To") or [])[:MAX_ARF_RECIPIENTS])
+             for v in fields[:MAX_ARF_RECIPIENTS])
     recipients = [r for r in named if r]
     if not recipients and message_id is None and return_path is None:
         raise ReportError(source, "the complaint names neither a recipient nor the "

@@ -29,7 +29,10 @@ _VERP_HEADERS = ("X-Original-To", "Delivered-To", "Envelope-To", "To")
 _UNSAFE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _LOCAL = r"[^\s\x00-\x1f\x7f@<>()\[\],;:\"\\|/][^\s\x00-\x1f\x7f@<>()\[\],;:\"\\]*"
 _DOMAIN = r"(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_][\w-]*[^\W_]|\[[0-9.:a-f]+\]"
-_ADDR_SPEC = re.compile(rf"(?:{_LOCAL})@(?:{_DOMAIN})", re.IGNORECASE)
+# A quoted local part ("neko..nyaan"@example.org, RFC 5322 3.4.1): the address as the
+# sender wrote it, so it matches the outbox row's; never a pipe or a path inside.
+_QUOTED_LOCAL = r'"[^"\\\s\x00-\x1f\x7f|/][^"\\\x00-\x1f\x7f]*"'
+_ADDR_SPEC = re.compile(rf"(?:{_LOCAL}|{_QUOTED_LOCAL})@(?:{_DOMAIN})", re.IGNORECASE)
 
 
 def walk(msg: Message) -> Iterator[Message]:
@@ -55,12 +58,67 @@ def clean(text: str) -> str:
 
 def header(msg: Message, name: str) -> str | None:
     """A header as clean text, or None. An undecodable one comes back as a Header
-    object; a malformed one can raise inside the email package: both are text here."""
+    object; a malformed one can raise inside the email package: both are text here.
+    Raw ISO-2022-JP (Japanese Domino and others write it in ``Diagnostic-Code``) is
+    decoded: its escape sequences would otherwise be cleaned into noise."""
     try:
         value = msg.get(name)
     except (ValueError, TypeError, AttributeError, LookupError, IndexError):
         return None
-    return None if value is None else clean(str(value))
+    return None if value is None else clean(_iso_2022_jp(str(value)))
+
+
+def _iso_2022_jp(value: str) -> str:
+    if "\x1b$" not in value:
+        return value
+    try:
+        return value.encode("ascii").decode("iso-2022-jp")
+    except UnicodeError:
+        return value
+
+
+# A field line of a delivery-status block; any other line continues the field before
+# it, indented or not (MessageLabs writes a multi-line reply's "550-..." lines flush
+# left, which the email package takes for the end of the fields).
+_FIELD = re.compile(r"([A-Za-z][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)")
+_RECIPIENT_FIELDS = ("final-recipient", "original-recipient")
+
+
+def status_fields(block: Message) -> list[tuple[str, str]]:
+    """The fields of one parsed delivery-status block, read leniently: lines the
+    email package left in the block's body are fields or continuations too."""
+    lines = [f"{name}: {value}" for name, value in block.raw_items()]
+    body = block.get_payload()
+    if isinstance(body, str):
+        lines.extend(body.splitlines())
+    fields: list[tuple[str, str]] = []
+    for line in "\n".join(lines).splitlines():
+        found = _FIELD.fullmatch(line.rstrip())
+        if found and not line[:1].isspace():
+            fields.append((found.group(1), found.group(2)))
+        elif fields and line.strip():
+            name, value = fields[-1]
+            fields[-1] = (name, f"{value}\n {line.strip()}")
+    return fields
+
+
+def recipient_groups(fields: list[tuple[str, str]]) -> list[Message]:
+    """``fields`` as blocks, one per recipient: some MTAs (AOL) write several
+    recipients' fields, and the per-message ones, in one block with no blank line.
+    A recipient field that the current block already has starts a new one."""
+    groups: list[list[tuple[str, str]]] = [[]]
+    for name, value in fields:
+        seen = {n.lower() for n, _ in groups[-1]}
+        if name.lower() in _RECIPIENT_FIELDS and name.lower() in seen:
+            groups.append([])
+        groups[-1].append((name, value))
+    out = []
+    for group in groups:
+        block = Message()
+        for name, value in group:
+            block[name] = value
+        out.append(block)
+    return out
 
 
 def unfold(value: object) -> str | None:

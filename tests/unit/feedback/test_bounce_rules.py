@@ -49,7 +49,25 @@ CASES = [
     # The Status disagrees with the diagnostic's own code: the diagnostic's wins, and a
     # statement that blames something else vetoes a hard verdict.
     ("5.1.1", "smtp; 550 5.7.1 IP address blacklisted", SOFT, Reason.SPAM_BLOCK),
-    ("5.2.1", "smtp; 550 5.2.1 <a@b.example>... User Unknown", SOFT, Reason.MAILBOX_UNKNOWN),
+    ("5.7.1", "SMTP; 553 Invalid recipient a@b.example (Mode: normal)", SOFT,
+     Reason.MAILBOX_UNKNOWN),
+    # Codes that say the same as the text in other words (AGREEING_CODES), as the
+    # set-of-emails corpus shows them: Sendmail-style 5.2.1 "User Unknown", Exchange
+    # Online's directory-based edge blocking, iCloud's inactive address, Sendmail's
+    # 5.7.27 for the recipient domain's null MX.
+    ("5.2.1", "smtp; 550 5.2.1 <a@b.example>... User Unknown", HARD, Reason.MAILBOX_UNKNOWN),
+    ("5.4.1", "smtp; 550 5.4.1 <a@b.example>: Recipient address rejected: Access denied "
+              "[BL2NAM02FT061.eop-nam02.prod.protection.outlook.com]", HARD,
+     Reason.MAILBOX_UNKNOWN),
+    ("5.1.1", "smtp; 550 5.1.1 <a@icloud.example>: inactive email address", HARD,
+     Reason.MAILBOX_UNKNOWN),
+    ("5.7.27", "SMTP; 550 Host does not accept mail", HARD, Reason.NOT_ACCEPTING),
+    # Well-known provider phrases.
+    ("5.5.0", "smtp;554 The mail could not be delivered to the recipient because the domain "
+              "is not reachable. Please check the domain and try again", HARD,
+     Reason.DOMAIN_UNKNOWN),
+    ("5.0.0", "Your message wasn't delivered to a@b.example because the address couldn't be "
+              "found. Check for typos", HARD, Reason.MAILBOX_UNKNOWN),
     # A wrapper code around the remote server's: the innermost code counts.
     ("5.0.0", "smtp; 5.1.0 - Unknown address error 550-'5.2.2 mailbox full'", SOFT,
      Reason.MAILBOX_FULL),
@@ -79,11 +97,24 @@ def test_verdict(status: str | None, diagnostic: str | None, kind: BounceKind,
     assert (verdict.kind, verdict.reason) == (kind, reason)
 
 
-@pytest.mark.parametrize("host", ["lsean.ezweb.ne.jp", "mfsmax.docomo.ne.jp"])
+@pytest.mark.parametrize("host", ["lsean.ezweb.ne.jp", "mfsmax.docomo.ne.jp", "msmx.au.com"])
 def test_a_carriers_user_unknown_is_its_sender_filter(host: str) -> None:
     verdict = classify("5.0.0", "smtp; 550 : User unknown", host)
     assert (verdict.kind, verdict.reason) == (SOFT, Reason.POLICY)
     assert classify("5.0.0", "smtp; 550 : User unknown", "mx.example.com").kind is HARD
+
+
+def test_a_carriers_user_unknown_naming_the_address_is_one() -> None:
+    # au/KDDI: "550 <x@y>: User unknown" for a mailbox that does not exist (set-of-emails:
+    # lhost-postfix-36, rfc3464-58, rhost-gsuite-09, lhost-messagingserver-09).
+    verdict = classify("5.0.0", "smtp; 550 <a@ezweb.ne.jp>: User unknown", "lsean.ezweb.ne.jp")
+    assert (verdict.kind, verdict.reason) == (HARD, Reason.MAILBOX_UNKNOWN)
+
+
+@pytest.mark.parametrize(("command", "kind"), [("DATA", SOFT), ("RCPT", HARD), (None, HARD)])
+def test_an_unknown_user_after_data_is_a_filter(command: str | None, kind: BounceKind) -> None:
+    verdict = classify("5.0.0", "smtp; 550 Unknown user a@b.example", "mx.b.example", command)
+    assert verdict.kind is kind
 
 
 def test_sender_side_reasons_are_flagged_and_never_hard() -> None:
