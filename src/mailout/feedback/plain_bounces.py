@@ -14,6 +14,7 @@ return path it was sent to; unlinked, it acts on nothing (:mod:`mailout.feedback
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from datetime import UTC, datetime
@@ -64,7 +65,7 @@ def events(msg: Message, return_path: str | None, own_id: str) -> list[Event]:
         if len(out) >= MAX_ADDRESSES:
             break
         out.append(_event(address, failed, _context(text, address), message_id, return_path,
-                          own_id, occurred))
+                          own_id, occurred, smtp_command(text, address)))
     return out
 
 
@@ -135,10 +136,10 @@ def statement(text: str, address: str) -> str:
     """What the bounce's text says about ``address``: the line naming it and the
     lines after it, up to a blank line or a line naming another address (where
     several recipients are listed one after another)."""
-    lines = text.splitlines()
+    lines = _lines(text)
     wanted = address.lower()
-    for i, line in enumerate(lines):
-        if wanted not in line.lower():
+    for i, line in enumerate(_lower_lines(text)):
+        if wanted not in line:
             continue
         window = [line.strip()]
         for following in lines[i + 1:i + CONTEXT_LINES]:
@@ -164,19 +165,38 @@ def smtp_command(text: str, address: str) -> str | None:
     if said:
         return said.group(1).upper()
     wanted = address.lower()
-    groups: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        sent = _SENT.match(line)
-        if sent:
-            groups.append((sent.group(1).upper(), []))
-        elif groups and _REPLY.match(line):
-            groups[-1][1].append(line.lower())
-    for command, replies in groups:
+    for command, replies in _transcript(text):
         for i, reply in enumerate(replies):
             if wanted in reply:
                 last = i == len(replies) - 1
                 return command if command != "DATA" or last else "RCPT"
     return None
+
+
+# A report is asked about each of its recipients (up to dsn.MAX_RECIPIENT_BLOCKS): its
+# text is split once, not once per recipient.
+@functools.lru_cache(maxsize=4)
+def _lines(text: str) -> tuple[str, ...]:
+    return tuple(text.splitlines())
+
+
+@functools.lru_cache(maxsize=4)
+def _lower_lines(text: str) -> tuple[str, ...]:
+    return tuple(line.lower() for line in _lines(text))
+
+
+@functools.lru_cache(maxsize=4)
+def _transcript(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A Sendmail transcript's commands, each with the replies read after it (lower
+    case)."""
+    groups: list[tuple[str, list[str]]] = []
+    for line in _lines(text):
+        sent = _SENT.match(line)
+        if sent:
+            groups.append((sent.group(1).upper(), []))
+        elif groups and _REPLY.match(line):
+            groups[-1][1].append(line.lower())
+    return tuple((command, tuple(replies)) for command, replies in groups)
 
 
 def named_recipients(text: str) -> set[str]:
@@ -197,10 +217,11 @@ def _context(text: str, address: str) -> str:
 
 
 def _event(address: str, failed: bool, context: str, message_id: str | None,
-           return_path: str | None, own_id: str, occurred: datetime) -> Event:
+           return_path: str | None, own_id: str, occurred: datetime,
+           command: str | None) -> Event:
     reason = subtype = None
     if failed:
-        verdict = classify(None, context)
+        verdict = classify(None, context, command=command)
         etype, subtype, reason = EventType.BOUNCED, verdict.kind.value, verdict.reason.value
     else:
         etype = EventType.DEFERRED

@@ -5,13 +5,20 @@ GroupWise, Yahoo, AOL and others; its sdist is fetched from PyPI with a pinned
 sha256) read by mailout and by Sisimai (Debian's libsisimai-perl), whose verdicts
 nobody here wrote. Skipped, with the reason, when PyPI or Sisimai is not there.
 ``python -m bench.bounces`` prints the same figures, also for other corpora.
+
+Sisimai's set-of-emails is not on PyPI: with ``MAILOUT_SET_OF_EMAILS`` naming a checkout's
+``maildir/bsd``, its figures are held to issue 32's targets too, and the list of cases
+where Sisimai is judged wrong (bench/bounce_disputes.py) to what still arises.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from bench.bounce_corpus import CorpusUnavailable, load
-from bench.bounces import Score, score
+from bench.bounce_disputes import DISPUTED
+from bench.bounces import Score, score, split_mbox
 
 
 @pytest.fixture(scope="module")
@@ -43,3 +50,43 @@ def test_addresses_verdicts_and_statuses_agree_with_sisimai(flufl: Score) -> Non
 def test_plain_text_bounces_give_the_addresses_mailman_expects(flufl: Score) -> None:
     assert flufl.mailman_found / flufl.mailman_expected >= 0.98
     assert flufl.non_rfc_read / flufl.non_rfc_with_address >= 0.95
+
+
+@pytest.fixture(scope="module")
+def set_of_emails() -> Score:
+    directory = os.environ.get("MAILOUT_SET_OF_EMAILS")
+    if not directory:
+        pytest.skip("MAILOUT_SET_OF_EMAILS (a set-of-emails maildir/bsd checkout) is not set")
+    try:
+        samples = load(directory)
+    except CorpusUnavailable as exc:
+        pytest.skip(f"bounce corpus unavailable: {exc}")
+    return score(samples, verbose=True)
+
+
+def test_set_of_emails_meets_the_targets(set_of_emails: Score) -> None:
+    s = set_of_emails
+    assert s.crashed == 0, s.notes
+    assert s.refused == s.refused_disputed, s.notes
+    assert s.verdicts_right / s.verdicts_judged >= 0.95, s.notes  # against Sisimai itself
+    assert (s.addresses_right + s.addresses_disputed) / s.recipients >= 0.99, s.notes
+    assert (s.soft_to_hard - s.soft_to_hard_disputed) / s.oracle_soft <= 0.01, s.notes
+    assert s.junk_addresses == 0
+
+
+def test_every_dispute_with_sisimai_still_arises(set_of_emails: Score) -> None:
+    assert set_of_emails.stale_disputes == []
+
+
+def test_every_dispute_says_why() -> None:
+    assert all(d.kind in ("verdict", "address", "refused") and len(d.why) > 20
+               for d in DISPUTED)
+    assert len({(d.file, d.address, d.kind) for d in DISPUTED}) == len(DISPUTED)
+
+
+def test_an_mbox_file_is_read_as_its_messages() -> None:
+    one = b"From: a@b.example\nSubject: x\n\nbody\n"
+    box = b"From MAILER-DAEMON  Thu Apr 29 23:34:45 2015\n" + one + \
+        b"\nFrom MAILER-DAEMON  Thu Apr 29 23:35:45 2015\n" + one
+    assert split_mbox(one) == [one]
+    assert len(split_mbox(box)) == 2
