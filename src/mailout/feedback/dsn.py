@@ -139,10 +139,15 @@ def _blocks(part: Message, source: str) -> list[Message]:
         chunks = [c for c in re.split(r"\r?\n[ \t]*\r?\n", text.replace("\r\n", "\n"))
                   if c.strip()][:MAX_RECIPIENT_BLOCKS + 1]
         parsed = [email.message_from_string(chunk.strip() + "\n") for chunk in chunks]
-    blocks = [b for p in parsed for b in parts.recipient_groups(parts.status_fields(p))]
+    blocks: list[Message] = []
+    for block in parsed:
+        room = MAX_RECIPIENT_BLOCKS + 1 - len(blocks)
+        if room <= 0:
+            break
+        blocks.extend(parts.recipient_groups(parts.status_fields(block), room))
     if not blocks:
         raise ReportError(source, "the delivery-status part is empty")
-    return blocks[:MAX_RECIPIENT_BLOCKS + 1]
+    return blocks
 
 
 def _names_a_recipient(block: Message) -> bool:

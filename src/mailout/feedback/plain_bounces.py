@@ -14,6 +14,7 @@ return path it was sent to; unlinked, it acts on nothing (:mod:`mailout.feedback
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import re
@@ -138,10 +139,11 @@ def statement(text: str, address: str) -> str:
     several recipients are listed one after another)."""
     lines = _lines(text)
     wanted = address.lower()
-    for i, line in enumerate(_lower_lines(text)):
-        if wanted not in line:
-            continue
-        window = [line.strip()]
+    lowered, starts = _lowered(text)
+    found = lowered.find(wanted) if wanted else -1
+    if found >= 0:
+        i = bisect.bisect_right(starts, found) - 1
+        window = [lines[i].strip()]
         for following in lines[i + 1:i + CONTEXT_LINES]:
             others = {a.lower().strip(".") for a in _ANY_ADDRESS.findall(following)} - {wanted}
             if not following.strip() or others:
@@ -177,12 +179,19 @@ def smtp_command(text: str, address: str) -> str | None:
 # text is split once, not once per recipient.
 @functools.lru_cache(maxsize=4)
 def _lines(text: str) -> tuple[str, ...]:
-    return tuple(text.splitlines())
+    return tuple(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
 
 
 @functools.lru_cache(maxsize=4)
-def _lower_lines(text: str) -> tuple[str, ...]:
-    return tuple(line.lower() for line in _lines(text))
+def _lowered(text: str) -> tuple[str, list[int]]:
+    """The text's lines in lower case, joined, and where each starts: one search of
+    the whole text per address instead of one per line."""
+    lowered = [line.lower() for line in _lines(text)]
+    starts, at = [], 0
+    for line in lowered:
+        starts.append(at)
+        at += len(line) + 1
+    return "\n".join(lowered), starts
 
 
 @functools.lru_cache(maxsize=4)

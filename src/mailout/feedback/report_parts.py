@@ -102,16 +102,21 @@ def status_fields(block: Message) -> list[tuple[str, str]]:
     return fields
 
 
-def recipient_groups(fields: list[tuple[str, str]]) -> list[Message]:
-    """``fields`` as blocks, one per recipient: some MTAs (AOL) write several
-    recipients' fields, and the per-message ones, in one block with no blank line.
-    A recipient field that the current block already has starts a new one."""
+def recipient_groups(fields: list[tuple[str, str]], limit: int) -> list[Message]:
+    """``fields`` as blocks, one per recipient, at most ``limit``: some MTAs (AOL)
+    write several recipients' fields, and the per-message ones, in one block with no
+    blank line. A recipient field that the current block already has starts a new one."""
     groups: list[list[tuple[str, str]]] = [[]]
+    seen: set[str] = set()
     for name, value in fields:
-        seen = {n.lower() for n, _ in groups[-1]}
-        if name.lower() in _RECIPIENT_FIELDS and name.lower() in seen:
+        key = name.lower()
+        if key in _RECIPIENT_FIELDS and key in seen:
+            if len(groups) >= limit:
+                break
             groups.append([])
+            seen = set()
         groups[-1].append((name, value))
+        seen.add(key)
     out = []
     for group in groups:
         block = Message()

@@ -85,3 +85,14 @@ def test_a_quoted_local_part_is_kept_as_written() -> None:
     assert report_parts.recipient_address('rfc822; "a....b...."@customer.example') == \
         '"a....b...."@customer.example'
     assert report_parts.recipient_address('rfc822; "|/bin/sh"@customer.example') == ""
+
+
+def test_recipients_in_one_block_are_bounded_like_blocks() -> None:
+    fields = "".join(f"Final-Recipient: rfc822; u{i}@customer.example\r\nAction: failed\r\n"
+                     for i in range(5 * dsn.MAX_RECIPIENT_BLOCKS))
+    data = ("From: MAILER-DAEMON@mx.example\r\nMIME-Version: 1.0\r\n"
+            'Content-Type: multipart/report; report-type=delivery-status; boundary="R"\r\n\r\n'
+            "--R\r\nContent-Type: message/delivery-status\r\n\r\n"
+            f"Reporting-MTA: dns; mx.example\r\n{fields}\r\n--R--\r\n").encode()
+    events = dsn.parse(data)
+    assert len(events) == dsn.MAX_RECIPIENT_BLOCKS + 1
