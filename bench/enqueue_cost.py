@@ -2,12 +2,13 @@
 
 1. One connection. Each transaction inserts one business row (an order) and then
    either nothing more, a hand-written INSERT of the same outbox row enqueue writes
-   (no validation, no NOTIFY), ``enqueue()`` without NOTIFY, or ``enqueue()`` with it
-   (the default). The four kinds alternate in blocks of ``--block`` transactions so
-   that drift in the machine's speed hits all alike. Prints the time each adds to the
-   order-only transaction and the ratio of enqueue's addition to the bare INSERT's
-   (target <= 1.25); client CPU is the median over each kind's blocks of the block's
-   mean, so that a block slowed by another process's burst does not move it.
+   (no validation, no NOTIFY), ``enqueue()`` without NOTIFY, or ``enqueue()`` with its
+   NOTIFY in the transaction (``MAILOUT_NOTIFY=in-transaction``; the default sends it
+   after the commit, see bench/commit_tax.py). The four kinds alternate in blocks of
+   ``--block`` transactions so that drift in the machine's speed hits all alike. Prints
+   the time each adds to the order-only transaction and the ratio of enqueue's addition
+   to the bare INSERT's (target <= 1.25); client CPU is the median over each kind's
+   blocks of the block's mean, so that a block slowed by another process's burst does not move it.
 2. ``--clients`` processes (default 16), each with its own connection, run the same
    order + outbox transactions as fast as they can for ``--seconds``; the kinds
    alternate in rounds, and each prints transactions per second over all clients.
@@ -53,13 +54,14 @@ from sqlalchemy import (
 from bench.common import callgrind, scratch_database
 from mailout import db
 from mailout.db import migrate
-from mailout.outbox import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, NotifyMode, enqueue
 
 meta = MetaData()
 orders = Table("orders", meta, Column("id", BigInteger, primary_key=True),
                Column("customer", String(100)), Column("total_cents", Integer))
-SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
-QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
+SETTINGS = EnqueueSettings(message_id_domain="shop.example.com",
+                           notify=NotifyMode.IN_TRANSACTION)
+QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=NotifyMode.OFF)
 KINDS = ("order only", "+ bare INSERT", "+ enqueue, no NOTIFY", "+ enqueue (NOTIFY)")
 TARGET_RATIO = 1.25
 

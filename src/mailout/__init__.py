@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mailout.outbox import (
         EnqueueSettings,
         Message,
+        NotifyMode,
         enqueue,
         enqueue_async,
         enqueue_many,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "mailout.outbox": ("EnqueueSettings", "Message", "enqueue", "enqueue_async",
+    "mailout.outbox": ("EnqueueSettings", "Message", "NotifyMode", "enqueue", "enqueue_async",
                        "enqueue_many", "enqueue_many_async"),
     "mailout.exceptions": ("ConfigError", "IdempotencyConflict", "InvalidMessage",
                            "MailoutError", "NotFound", "RenderError", "SchemaMissing",
@@ -62,6 +63,7 @@ __all__ = [
     "MailoutError",
     "Message",
     "NotFound",
+    "NotifyMode",
     "Outcome",
     "RenderError",
     "SchemaMissing",

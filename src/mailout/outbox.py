@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -20,7 +21,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from mailout.db import attachments as stored_attachments
-from mailout.db import inserts
+from mailout.db import dialects, inserts, wakeups
 from mailout.delivery.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.delivery.policy import MAX_AGE_SECONDS, QueuePolicy, RetryPolicy, parse_queue_policies
 from mailout.exceptions import IdempotencyConflict, InvalidMessage, TemplateNotFound
@@ -45,6 +46,33 @@ DEFAULT_TEMPLATES = "templates"  # the worker's default MAILOUT_TEMPLATES (worke
 Addresses = str | Mailbox | Sequence[str | Mailbox]
 
 
+class NotifyMode(StrEnum):
+    """How enqueue wakes idle workers on PostgreSQL (``MAILOUT_NOTIFY``); elsewhere
+    workers poll whatever it says."""
+
+    # NOTIFY after the caller's commit, from a connection of its own (mailout.db.wakeups):
+    # nothing in the caller's transaction takes PostgreSQL's instance-wide notify lock.
+    AFTER_COMMIT = "after-commit"
+    # NOTIFY inside the caller's transaction (the only way before issue 38): its commit
+    # takes that lock, and such commits go one at a time (docs/capacity.md).
+    IN_TRANSACTION = "in-transaction"
+    # No NOTIFY: workers find new mail by polling (MAILOUT_POLL_SECONDS).
+    OFF = "off"
+
+
+# MAILOUT_NOTIFY's boolean spellings, from when it was on or off.
+_NOTIFY_WORDS = {"1": NotifyMode.AFTER_COMMIT, "true": NotifyMode.AFTER_COMMIT,
+                 "yes": NotifyMode.AFTER_COMMIT, "on": NotifyMode.AFTER_COMMIT,
+                 "0": NotifyMode.OFF, "false": NotifyMode.OFF, "no": NotifyMode.OFF}
+_NOTIFY_MODE = envparse.choice(NotifyMode)
+
+
+def _notify_mode(raw: str | None) -> NotifyMode:
+    if not raw:
+        return NotifyMode.AFTER_COMMIT
+    return _NOTIFY_WORDS.get(raw.strip().lower()) or _NOTIFY_MODE("MAILOUT_NOTIFY", raw)
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueSettings:
     """What enqueue needs from the environment. ``from_env`` reads it; tests pass their own."""
@@ -60,7 +88,7 @@ class EnqueueSettings:
     # Per-queue age limits (MAILOUT_QUEUE_POLICIES, and the defaults of lanes.py:
     # critical 15 minutes, bulk 3 days); other queues use max_age_seconds.
     queue_max_age: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_QUEUE_AGE))
-    notify: bool = True  # NOTIFY waiting workers on commit (PostgreSQL only)
+    notify: NotifyMode = NotifyMode.AFTER_COMMIT  # how idle workers are woken (PostgreSQL)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EnqueueSettings:
@@ -82,7 +110,7 @@ class EnqueueSettings:
             max_recipients=_positive(env, "MAILOUT_MAX_RECIPIENTS", DEFAULT_MAX_RECIPIENTS),
             max_age_seconds=_max_age(env, "MAILOUT_MAX_AGE_SECONDS", DEFAULT_MAX_AGE),
             queue_max_age=_queue_ages(env.get("MAILOUT_QUEUE_POLICIES")),
-            notify=env.get("MAILOUT_NOTIFY", "1").strip().lower() not in ("0", "false", "no"),
+            notify=_notify_mode(env.get("MAILOUT_NOTIFY")),
         )
 
 
@@ -394,7 +422,8 @@ def enqueue_many(
     connection = conn.connection() if isinstance(conn, Session) else conn
     with inserts.schema_required():
         inserts.refuse_oversize(connection, rows)
-        stored = inserts.insert_messages(connection, rows, notify=settings.notify)
+        stored = inserts.insert_messages(
+            connection, rows, notify=settings.notify is NotifyMode.IN_TRANSACTION)
     results: list[EnqueueResult] = []
     linked: list[tuple[int, Sequence[compose.AttachmentPart]]] = []
     conflict: IdempotencyConflict | None = None
@@ -418,6 +447,10 @@ def enqueue_many(
     inserts.store_late(connection, [(r.id, row.get("mime"), token)
                                     for r, row in zip(results, rows, strict=True)
                                     if r.created and (token or row.get("mime") is not None)])
+    created = [r.id for r in results if r.created]
+    if (created and settings.notify is NotifyMode.AFTER_COMMIT
+            and dialects.supports_listen_notify(connection)):
+        wakeups.after_commit(connection, created)
     return results
 
 

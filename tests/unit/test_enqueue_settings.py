@@ -70,7 +70,7 @@ def test_enqueue_without_settings_sees_a_changed_environment(
     for name, raw, attribute, value in [
         ("MAILOUT_TEMPLATES_CHECK", "off", "templates_dir", None),
         ("MAILOUT_MAX_RECIPIENTS", "7", "max_recipients", 7),
-        ("MAILOUT_NOTIFY", "0", "notify", False),
+        ("MAILOUT_NOTIFY", "0", "notify", outbox.NotifyMode.OFF),
         ("MAILOUT_MESSAGE_ID_DOMAIN", "a.example", "message_id_domain", "a.example"),
     ]:
         monkeypatch.setenv(name, raw)
@@ -79,3 +79,25 @@ def test_enqueue_without_settings_sees_a_changed_environment(
     for _ in range(2):  # a bad value is refused on every call, not remembered
         with pytest.raises(ConfigError):
             outbox._settings_from_env()
+
+
+@pytest.mark.parametrize(("raw", "mode"), [
+    (None, outbox.NotifyMode.AFTER_COMMIT),
+    ("", outbox.NotifyMode.AFTER_COMMIT),
+    ("after-commit", outbox.NotifyMode.AFTER_COMMIT),
+    (" In-Transaction ", outbox.NotifyMode.IN_TRANSACTION),
+    ("off", outbox.NotifyMode.OFF),
+    # The old on/off spellings: on wakes workers (now after the commit), off does not.
+    ("1", outbox.NotifyMode.AFTER_COMMIT),
+    ("true", outbox.NotifyMode.AFTER_COMMIT),
+    ("0", outbox.NotifyMode.OFF),
+    ("no", outbox.NotifyMode.OFF),
+])
+def test_mailout_notify_values(raw: str | None, mode: outbox.NotifyMode) -> None:
+    env = {} if raw is None else {"MAILOUT_NOTIFY": raw}
+    assert EnqueueSettings.from_env(env).notify is mode
+
+
+def test_mailout_notify_refuses_an_unknown_value_naming_the_choices() -> None:
+    with pytest.raises(ConfigError, match="after-commit, in-transaction or off"):
+        EnqueueSettings.from_env({"MAILOUT_NOTIFY": "sometimes"})

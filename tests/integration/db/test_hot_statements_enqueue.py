@@ -21,10 +21,10 @@ from mailout.db import hot_statements
 from mailout.db.notifications import libpq_url
 from mailout.db.schema import messages
 from mailout.models import Attachment, Mailbox
-from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_many
+from mailout.outbox import EnqueueSettings, Message, NotifyMode, enqueue, enqueue_many
 
 SETTINGS = EnqueueSettings(message_id_domain="shop.example.com")
-QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
+QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=NotifyMode.OFF)
 
 
 @pytest.fixture

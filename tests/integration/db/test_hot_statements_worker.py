@@ -17,10 +17,10 @@ from mailout import db
 from mailout.db import hot_statements, leasing, outcomes
 from mailout.db.schema import attempts, messages
 from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
-from mailout.outbox import EnqueueSettings, enqueue
+from mailout.outbox import EnqueueSettings, NotifyMode, enqueue
 from tests.support.timetravel import expire_leases
 
-QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=False)
+QUIET = EnqueueSettings(message_id_domain="shop.example.com", notify=NotifyMode.OFF)
 LANES = [  # (queues, excluded queues, excluded templates, expired only)
     ((), (), (), False),
     (("bulk",), (), (), False),

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from mailout.db import dialects
+from mailout.db import dialects, wakeups
 from mailout.db.borrowed import borrow
 from mailout.db.engine import LOCK_CONFLICT_TRIES
 from mailout.exceptions import ConfigError
@@ -50,8 +50,32 @@ def borrowed_connection(using: str = "default") -> Iterator[Connection]:
     # outside any block it makes one transaction of this borrow.
     with transaction.atomic(using=using, savepoint=False):
         wrapper.ensure_connection()
-        with borrow(wrapper.connection) as conn:
+        with borrow(wrapper.connection) as conn, wakeups.owned_by(_owner(using)):
             yield conn
+
+
+_OWNERS: dict[str, wakeups.Owner] = {}
+_WAKING_ENGINES: dict[str, Engine] = {}
+
+
+def _owner(using: str) -> wakeups.Owner:
+    """Django's transaction on ``using`` as the owner that wakes workers after its
+    commit (``transaction.on_commit``, which a rollback discards), from an engine of
+    mailout's own on the same database (Django's connections belong to their threads)."""
+    owner = _OWNERS.get(using)
+    if owner is None:
+        from django.db import transaction
+
+        def engine() -> Engine:
+            found = _WAKING_ENGINES.get(using)
+            if found is None:
+                found = _WAKING_ENGINES[using] = create_engine(
+                    database_url(using), pool_size=1, max_overflow=1, pool_pre_ping=True)
+            return found
+
+        owner = _OWNERS[using] = wakeups.Owner(
+            on_commit=lambda fn: transaction.on_commit(fn, using=using), engine=engine)
+    return owner
 
 
 T = TypeVar("T")
