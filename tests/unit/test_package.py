@@ -61,7 +61,7 @@ def test_the_public_api_is_exactly_these_names() -> None:
     assert sorted(mailout.__all__) == [
         "Attachment", "ConfigError", "EnqueueResult", "EnqueueSettings",
         "IdempotencyConflict", "InvalidMessage", "Mailbox", "MailoutError", "Message",
-        "NotFound", "Outcome", "RenderError", "SchemaMissing", "Status",
+        "NotFound", "NotifyMode", "Outcome", "RenderError", "SchemaMissing", "Status",
         "TemplateNotFound", "__version__",
         "count_messages", "enqueue", "enqueue_async", "enqueue_many", "enqueue_many_async",
         "upgrade_database",
