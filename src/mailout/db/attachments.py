@@ -38,9 +38,7 @@ def store(conn: Connection,
                           "inline": item.inline, "cid": item.cid})
     if not links:
         return 0
-    present = set(conn.scalars(
-        select(attachments.c.sha256).where(attachments.c.sha256.in_(sorted(contents)))
-        .with_for_update(read=True, key_share=True)))
+    present = _locked_present(conn, sorted(contents))
     missing = [{"sha256": sha, "size": len(data), "content": data}
                for sha, data in contents.items() if sha not in present]
     if missing:
@@ -48,6 +46,23 @@ def store(conn: Connection,
         conn.execute(insert_new.values(created_at=db_now()), missing)
     conn.execute(insert(message_attachments), links)
     return len(missing)
+
+
+def _locked_present(conn: Connection, digests: Sequence[str]) -> set[str]:
+    """The contents among ``digests`` already stored, locked against a concurrent
+    :func:`purge_orphans` until the caller commits.
+
+    On MySQL a locking read that finds nothing locks the gap where the rows would be
+    (REPEATABLE READ, an application's default there), which holds up every other
+    transaction storing a new content until this one commits: only the rows a plain
+    read found are locked there (one that was purged in between is stored again)."""
+    query = select(attachments.c.sha256)
+    if dialects.locks_gaps_under_default_isolation(conn):
+        digests = sorted(set(conn.scalars(query.where(attachments.c.sha256.in_(digests)))))
+        if not digests:
+            return set()
+    return set(conn.scalars(query.where(attachments.c.sha256.in_(digests))
+                            .with_for_update(read=True, key_share=True)))
 
 
 def for_message(conn: Connection, outbox_id: int,

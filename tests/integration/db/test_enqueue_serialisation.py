@@ -22,7 +22,11 @@ LOCK_WAIT = 5  # seconds a blocked enqueue waits before the server refuses it
 def server(server_url: str, request: pytest.FixtureRequest) -> Iterator[Engine]:
     """mailout's engine (READ COMMITTED), or one at REPEATABLE READ as an application's
     MySQL engine has by default."""
-    engine = db.make_engine(server_url).execution_options(isolation_level=request.param)
+    engine = db.make_engine(server_url, isolation_level=request.param)
+    with engine.connect() as conn:  # what the server runs, not only what was asked
+        level = conn.execute(text("SHOW transaction_isolation" if conn.dialect.name ==
+                                  "postgresql" else "SELECT @@tx_isolation")).scalar_one()
+    assert level.upper().replace("-", " ") == request.param
     yield engine
     engine.dispose()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from mailout.outbox import EnqueueSettings, NotifyMode, enqueue
 DEFAULT = EnqueueSettings(message_id_domain="shop.example.com")
 IN_TRANSACTION = EnqueueSettings(message_id_domain="shop.example.com",
                                  notify=NotifyMode.IN_TRANSACTION)
+OFF = EnqueueSettings(message_id_domain="shop.example.com", notify=NotifyMode.OFF)
 WAIT = 30.0  # seconds a notification may take on a loaded machine before the test fails
 
 
@@ -31,10 +33,39 @@ def pg(pg_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+class Heard:
+    """The notifications on mailout's channel for this test's queues, whose names carry
+    a prefix of its own: a late wake-up of an earlier test on the same database is not
+    heard."""
+
+    def __init__(self) -> None:
+        self.prefix = f"t{uuid.uuid4().hex[:8]}-"
+        self.got: queue.Queue[str] = queue.Queue()
+
+    def q(self, name: str) -> str:
+        """This test's queue ``name``."""
+        return self.prefix + name
+
+    def add(self, payload: str) -> None:
+        if payload.startswith(self.prefix):
+            self.got.put(payload.removeprefix(self.prefix))
+
+    def get(self) -> str:
+        return self.got.get(timeout=WAIT)
+
+    def until(self, last: str) -> list[str]:
+        """Every queue heard up to ``last`` (a later commit's queue): a wake-up that
+        should not have been sent would have come before it."""
+        heard = [self.get()]
+        while heard[-1] != last:
+            heard.append(self.get())
+        return heard
+
+
 @pytest.fixture
-def heard(pg_url: str) -> Iterator[queue.Queue[str]]:
-    """The payloads of the notifications on mailout's channel, from a LISTEN that is up."""
-    got: queue.Queue[str] = queue.Queue()
+def heard(pg_url: str) -> Iterator[Heard]:
+    """What a LISTEN that is up hears, until the test ends."""
+    found = Heard()
     ready, stop = threading.Event(), threading.Event()
 
     def listen() -> None:
@@ -43,23 +74,21 @@ def heard(pg_url: str) -> Iterator[queue.Queue[str]]:
             ready.set()
             while not stop.is_set():
                 for note in conn.notifies(timeout=0.05):
-                    got.put(note.payload)
+                    found.add(note.payload)
 
     listener = threading.Thread(target=listen)
     listener.start()
     assert ready.wait(10)
-    yield got
+    yield found
     stop.set()
     listener.join(10)
 
 
-def heard_until(heard: queue.Queue[str], last: str) -> list[str]:
-    """Every payload heard up to ``last`` (a later commit's queue): a wake-up that
-    should not have been sent would have come before it."""
-    got = [heard.get(timeout=WAIT)]
-    while got[-1] != last:
-        got.append(heard.get(timeout=WAIT))
-    return got
+def mail(conn: Connection | Session, heard: Heard, name: str,
+         settings: EnqueueSettings = DEFAULT, key: str | None = None) -> int:
+    """Enqueue one message to this test's queue ``name``; its id."""
+    return enqueue(conn, to="a@example.com", subject="Hi", text="t", key=key,
+                   queue=heard.q(name), settings=settings).id
 
 
 def _statements_of(engine: Engine, caller: Connection) -> list[str]:
@@ -76,101 +105,86 @@ def _statements_of(engine: Engine, caller: Connection) -> list[str]:
 
 
 def test_the_callers_transaction_sends_no_notify_and_its_commit_wakes(
-    pg: Engine, heard: queue.Queue[str],
+    pg: Engine, heard: Heard,
 ) -> None:
     with pg.begin() as conn:
         seen = _statements_of(pg, conn)
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="critical",
-                settings=DEFAULT)
+        mail(conn, heard, "critical")
         assert seen, "the observer saw nothing: the test would prove nothing"
         assert not [s for s in seen if "notify" in s.lower()]
-        assert heard.empty()
-    assert heard.get(timeout=WAIT) == "critical"
+        assert heard.got.empty()
+    assert heard.get() == "critical"
 
 
-def test_a_rollback_wakes_no_one(pg: Engine, heard: queue.Queue[str]) -> None:
+def test_a_rollback_wakes_no_one(pg: Engine, heard: Heard) -> None:
     with pg.connect() as conn:
         conn.begin()
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="rolled-back",
-                settings=DEFAULT)
+        mail(conn, heard, "rolled-back")
         conn.rollback()
     with Session(pg) as session:
         session.begin()
-        enqueue(session, to="a@example.com", subject="Hi", text="t", queue="other-rollback",
-                settings=DEFAULT)
+        mail(session, heard, "other-rollback")
         session.rollback()
-        enqueue(session, to="a@example.com", subject="Hi", text="t", queue="committed",
-                settings=DEFAULT)
+        mail(session, heard, "committed")
         session.commit()
     with pg.begin() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="later",
-                settings=DEFAULT)
-    assert heard_until(heard, "later") == ["committed", "later"]
+        mail(conn, heard, "later")
+    assert heard.until("later") == ["committed", "later"]
 
 
-def test_a_duplicate_key_wakes_no_one(pg: Engine, heard: queue.Queue[str]) -> None:
+def test_a_duplicate_key_wakes_no_one(pg: Engine, heard: Heard) -> None:
     with pg.begin() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", key="k", queue="first",
-                settings=DEFAULT)
-    assert heard.get(timeout=WAIT) == "first"
+        mail(conn, heard, "first", key="k")
+    assert heard.get() == "first"
     with pg.begin() as conn:  # nothing written: nobody woken
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", key="k", queue="first",
-                settings=DEFAULT)
+        mail(conn, heard, "first", key="k")
     with pg.begin() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="second",
-                settings=DEFAULT)
-    assert heard_until(heard, "second") == ["second"]
+        mail(conn, heard, "second")
+    assert heard.until("second") == ["second"]
 
 
 def test_a_connection_kept_past_its_commit_wakes_when_it_goes_back(
-    pg: Engine, heard: queue.Queue[str],
+    pg: Engine, heard: Heard,
 ) -> None:
     with pg.connect() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="kept",
-                settings=DEFAULT)
+        mail(conn, heard, "kept")
         conn.commit()
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="kept-then-undone",
-                settings=DEFAULT)
+        mail(conn, heard, "kept-then-undone")
         conn.rollback()
     with pg.begin() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="last",
-                settings=DEFAULT)
-    assert heard_until(heard, "last") == ["kept", "last"]
+        mail(conn, heard, "last")
+    assert heard.until("last") == ["kept", "last"]
 
 
 def test_wakeups_within_a_window_go_as_one_statement(
-    pg: Engine, heard: queue.Queue[str],
+    pg: Engine, heard: Heard,
 ) -> None:
     waker = wakeups.Waker(window=2.0)
     ids = []
     for name in ("one", "two", "three"):
         with pg.begin() as conn:
-            ids.append(enqueue(conn, to="a@example.com", subject="Hi", text="t", queue=name,
-                               settings=EnqueueSettings(notify=NotifyMode.OFF)).id)
+            ids.append(mail(conn, heard, name, OFF))
     waker.submit(pg, ids[:1])  # the first goes at once
-    assert heard.get(timeout=WAIT) == "one"
+    assert heard.get() == "one"
     waker.submit(pg, ids[1:2])  # these two wait out the window together
     waker.submit(pg, ids[2:])
-    assert {heard.get(timeout=WAIT), heard.get(timeout=WAIT)} == {"two", "three"}
+    assert {heard.get(), heard.get()} == {"two", "three"}
     assert waker.sent == 2
 
 
 def test_in_transaction_keeps_the_old_notify_inside_the_transaction(
-    pg: Engine, heard: queue.Queue[str],
+    pg: Engine, heard: Heard,
 ) -> None:
     with pg.begin() as conn:
         seen = _statements_of(pg, conn)
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="old",
-                settings=IN_TRANSACTION)
+        mail(conn, heard, "old", IN_TRANSACTION)
         assert [s for s in seen if "pg_notify" in s]
-    assert heard.get(timeout=WAIT) == "old"
+    assert heard.get() == "old"
 
 
-def test_off_sends_nothing(pg: Engine, heard: queue.Queue[str]) -> None:
+def test_off_sends_nothing(pg: Engine, heard: Heard) -> None:
     with pg.begin() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="silent",
-                settings=EnqueueSettings(notify=NotifyMode.OFF))
+        mail(conn, heard, "silent", OFF)
     with pg.begin() as conn:
-        enqueue(conn, to="a@example.com", subject="Hi", text="t", queue="loud",
-                settings=DEFAULT)
-    assert heard_until(heard, "loud") == ["loud"]
+        mail(conn, heard, "loud")
+    assert heard.until("loud") == ["loud"]

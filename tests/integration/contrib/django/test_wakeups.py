@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -17,6 +18,7 @@ from mailout.db.notifications import libpq_url
 from tests.support.django_fixtures import BACKEND
 
 pytestmark = pytest.mark.django_db(databases=["default", "postgres"], transaction=True)
+PREFIX = f"t{uuid.uuid4().hex[:8]}-"  # this module's queues
 WAIT = 30.0  # seconds a notification may take on a loaded machine before the test fails
 
 
@@ -35,7 +37,8 @@ def heard(settings: object, outside_engine_pg: Engine) -> Iterator[queue.Queue[s
             ready.set()
             while not stop.is_set():
                 for note in conn.notifies(timeout=0.05):
-                    got.put(note.payload)
+                    if note.payload.startswith(PREFIX):  # not an earlier test's late one
+                        got.put(note.payload.removeprefix(PREFIX))
 
     listener = threading.Thread(target=listen)
     listener.start()
@@ -65,10 +68,10 @@ def test_the_wake_up_follows_the_commit_and_a_rollback_sends_none(
             send_mail("Order A1", "Thanks!", None, ["a1@example.com"])
             raise RuntimeError("payment failed")
 
-    settings.MAILOUT_QUEUE = "rolled-back"  # type: ignore[attr-defined]
+    settings.MAILOUT_QUEUE = PREFIX + "rolled-back"  # type: ignore[attr-defined]
     with pytest.raises(RuntimeError):
         place_then_fail()
-    settings.MAILOUT_QUEUE = "committed"  # type: ignore[attr-defined]
+    settings.MAILOUT_QUEUE = PREFIX + "committed"  # type: ignore[attr-defined]
     with transaction.atomic(using="postgres"):
         send_mail("Order A2", "Thanks!", None, ["a2@example.com"])
     # A wake-up for the rolled-back message would have come first.
