@@ -1,7 +1,9 @@
 """The outbox INSERT: new rows from enqueue, one statement per batch.
 
 Keys already present are skipped (``ON CONFLICT DO NOTHING``) and reported with
-the row that holds them; workers are woken by NOTIFY on commit (PostgreSQL). Like
+the row that holds them; with ``notify`` (``MAILOUT_NOTIFY=in-transaction``), workers
+are woken by a NOTIFY in the transaction (PostgreSQL; the default wakes them after the
+commit instead, :mod:`mailout.db.wakeups`). Like
 :mod:`mailout.db.leasing`, every function runs in the caller's transaction.
 """
 

@@ -1,11 +1,11 @@
 """Low-latency pickup on PostgreSQL: LISTEN for the NOTIFY that enqueue sends.
 
-Enqueue sends ``NOTIFY mailout, '<queue>'`` inside the enqueue transaction, so it is
-delivered only on commit (PostgreSQL folds identical notifications of one
-transaction into one). Each worker keeps one connection that LISTENs and wakes the
-lane serving that queue at once. Polling stays
-as the safety net: a lost connection or a missed notification costs at most one
-poll interval.
+Enqueue's ``NOTIFY mailout, '<queue>'`` comes after the application's commit, from
+the application process's waker (:mod:`mailout.db.wakeups`), or with
+``MAILOUT_NOTIFY=in-transaction`` inside its transaction, delivered on commit. Each
+worker keeps one connection that LISTENs and wakes the lane serving that queue at
+once. Polling stays as the safety net: a lost connection or a missed notification
+costs at most one poll interval.
 """
 
 from __future__ import annotations

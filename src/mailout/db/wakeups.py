@@ -22,6 +22,7 @@ costs the lanes' poll interval at most (``MAILOUT_POLL_SECONDS``), never a messa
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -44,12 +45,18 @@ log = logging.getLogger(__name__)
 # At most one NOTIFY transaction per window per process: each takes the instance-wide
 # lock at its commit, so they are kept few; 10 ms adds little to a wake-up.
 WINDOW = 0.01
+EXIT_WAIT = 2.0  # seconds an exiting process waits for its last wake-ups
 _PENDING = "mailout_wake_ids"  # key in the pool record's info: (target engine, ids)
 
-# The queues of the rows among :ids that this (autocommit) statement can see.
+# The queues of the rows among :ids that this (autocommit) statement can see. Its
+# transaction commits without waiting for its WAL flush (synchronous_commit, for this
+# transaction only): it writes nothing worth keeping, and the notify lock is then
+# held for the commit alone, not through a flush.
 _WAKE = text(f"""
+WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
 SELECT pg_notify('{NOTIFY_CHANNEL}', q.queue)
-FROM (SELECT DISTINCT queue FROM {messages.name} WHERE id = ANY(CAST(:ids AS bigint[]))) AS q
+FROM unflushed,
+    (SELECT DISTINCT queue FROM {messages.name} WHERE id = ANY(CAST(:ids AS bigint[]))) AS q
 """)  # noqa: S608 - only module constants are interpolated; the ids are bound
 
 
@@ -87,6 +94,7 @@ class Waker:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self._pending: dict[Engine, set[int]] = {}
+        self._sending = False
         self._thread: threading.Thread | None = None
         self._last = 0.0
 
@@ -100,7 +108,21 @@ class Waker:
                 self._thread = threading.Thread(target=self._run, name="mailout-waker",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+                # A script that enqueues and exits at once still wakes the workers.
+                atexit.register(self.flush)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = EXIT_WAIT) -> bool:
+        """Wait until every wake-up submitted so far is sent (or has failed); False
+        when ``timeout`` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._sending:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._pid != os.getpid():
+                    return False
+                self._cond.wait(left)
+        return True
 
     def _run(self) -> None:
         while True:
@@ -111,9 +133,15 @@ class Waker:
             time.sleep(max(0.0, self._last + self.window - time.monotonic()))
             with self._cond:
                 batch, self._pending = self._pending, {}
+                self._sending = True
             self._last = time.monotonic()
-            for engine, ids in batch.items():
-                self._send(engine, ids)
+            try:
+                for engine, ids in batch.items():
+                    self._send(engine, ids)
+            finally:
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
 
     def _send(self, engine: Engine, ids: set[int]) -> None:
         try:

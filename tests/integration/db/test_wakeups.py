@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session
 
 from mailout import db
-from mailout.db import wakeups
+from mailout.db import hot_statements, wakeups
 from mailout.db.notifications import libpq_url
 from mailout.outbox import EnqueueSettings, NotifyMode, enqueue
 
@@ -169,7 +169,17 @@ def test_wakeups_within_a_window_go_as_one_statement(
     waker.submit(pg, ids[1:2])  # these two wait out the window together
     waker.submit(pg, ids[2:])
     assert {heard.get(), heard.get()} == {"two", "three"}
+    assert waker.flush(WAIT)
     assert waker.sent == 2
+
+
+def test_the_wake_up_hook_keeps_enqueue_on_the_cursor_path(pg: Engine, heard: Heard) -> None:
+    # A pool listener, not an engine one: SQLAlchemy still counts the engine unobserved.
+    with pg.begin() as conn:
+        mail(conn, heard, "first")
+    assert heard.get() == "first"
+    with pg.begin() as conn:
+        assert hot_statements._unobserved(conn)
 
 
 def test_in_transaction_keeps_the_old_notify_inside_the_transaction(
