@@ -3,6 +3,7 @@ transaction by default, a commit wakes listeners, a rollback wakes no one."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import uuid
@@ -12,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from mailout import db
@@ -198,3 +200,21 @@ def test_off_sends_nothing(pg: Engine, heard: Heard) -> None:
     with pg.begin() as conn:
         mail(conn, heard, "loud")
     assert heard.until("loud") == ["loud"]
+
+
+def test_an_asyncio_engine_wakes_after_its_commit(pg_url: str, heard: Heard) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from mailout.outbox import enqueue_async
+
+    async def scenario() -> None:
+        engine = create_async_engine(make_url(pg_url).set(drivername="postgresql+psycopg_async"))
+        try:
+            async with engine.begin() as conn:
+                await enqueue_async(conn, to="a@example.com", subject="Hi", text="t",
+                                    queue=heard.q("async"), settings=DEFAULT)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(scenario())
+    assert heard.get() == "async"
