@@ -14,8 +14,10 @@ the new rows' ids on the caller's connection, and they go to this process's
 - a connection borrowed from Django (:mod:`mailout.contrib.django.connection`): from
   Django's ``transaction.on_commit``, which a rollback discards.
 
-The waker's thread sends at most one statement per :data:`WINDOW`, on its own
-autocommit connection: a NOTIFY for the queues of those ids that are visible. A
+The waker's thread sends at most one statement per :data:`WINDOW`, in autocommit on
+a connection of its own (from the caller's pool; an asyncio or Django caller's
+database gets a small synchronous engine): a NOTIFY for the queues of those ids that
+are visible. A
 rolled-back row never is, so a rollback wakes no one; a NOTIFY that is late or lost
 costs the lanes' poll interval at most (``MAILOUT_POLL_SECONDS``), never a message.
 """

@@ -4,7 +4,10 @@ transaction by default, a commit wakes listeners, a rollback wakes no one."""
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -218,3 +221,17 @@ def test_an_asyncio_engine_wakes_after_its_commit(pg_url: str, heard: Heard) -> 
 
     asyncio.run(scenario())
     assert heard.get() == "async"
+
+
+def test_a_process_that_exits_right_after_its_commit_still_wakes(
+    pg_url: str, heard: Heard,
+) -> None:
+    # `mailout enqueue` commits and exits: the waker's thread is a daemon, so the wake-up
+    # goes out only because the exit waits for it (Waker.flush, registered with atexit).
+    done = subprocess.run(
+        [sys.executable, "-m", "mailout", "enqueue", "--to", "a@example.com", "--subject",
+         "Hi", "--text", "t", "--queue", heard.q("cli")],
+        env={**os.environ, "MAILOUT_DATABASE_URL": pg_url}, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert heard.get() == "cli"
