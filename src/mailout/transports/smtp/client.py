@@ -51,6 +51,7 @@ from mailout.message.envelope import Envelope
 from mailout.transports.base import CheckResult, SendResult
 from mailout.transports.smtp import check as smtp_check
 from mailout.transports.smtp import codes as smtpcodes
+from mailout.transports.smtp._aiosmtplib_compat import keep_replies
 from mailout.transports.smtp.classify import greeting_timed_out, to_result
 from mailout.transports.smtp.failures import outcome_for_error
 from mailout.transports.smtp.outcome import Failure, SendOutcome, Stage, parse_reply
@@ -68,7 +69,6 @@ from mailout.transports.smtp.transaction import (
     AttemptState,
     discard,
     expected_replies,
-    keep_replies,
     pipelined_group,
     read_group,
     reply_of,

@@ -24,9 +24,9 @@ Choices worth knowing:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
+import select
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -34,10 +34,17 @@ from typing import TYPE_CHECKING, Final
 import aiosmtplib
 from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import SMTPException, SMTPResponseException, SMTPServerDisconnected
-from aiosmtplib.protocol import MAX_RESPONSE_LENGTH, SMTPProtocol
+from aiosmtplib.protocol import SMTPProtocol
 
 from mailout.message.envelope import Envelope
 from mailout.transports.smtp import codes as smtpcodes
+from mailout.transports.smtp._aiosmtplib_compat import (
+    buffered_reply,
+    drain,
+    mark_reply_due,
+    protocol_of,
+    unread,
+)
 from mailout.transports.smtp.outcome import Failure, Reply, SendOutcome, Stage, parse_reply
 
 if TYPE_CHECKING:
@@ -68,55 +75,6 @@ class AttemptState:
     # A waiting send whose MAIL, RCPT and DATA went out behind this one's content
     # (mailout.transports.smtp.pool): the connection passes to it afterwards.
     taken_along: Waiter | None = None
-
-
-class RepliesKept(asyncio.Protocol):
-    """Between the transport and aiosmtplib's protocol: data that arrives while a
-    parsed reply awaits pickup is kept for the next read instead of dropped.
-
-    aiosmtplib sends one command at a time, so to it such data is out of turn. mailout
-    pipelines: the reply to RCPT can arrive in the moment between the MAIL reply's
-    arrival and its reader's turn on the event loop, and would be lost (the read of it
-    would then wait out the deadline). Data while no reply is due (an idle connection's
-    "421 timeout" notice) is still dropped, as aiosmtplib does. Every other event goes
-    to aiosmtplib's protocol unchanged. (A wrapper, not a subclass swapped in: changing
-    the class of a live protocol slowed every attribute access on it.)
-    """
-
-    def __init__(self, protocol: SMTPProtocol) -> None:
-        self.protocol = protocol
-        self._parse = protocol.data_received
-
-    def data_received(self, data: bytes) -> None:
-        protocol = self.protocol
-        waiter = protocol._response_waiter
-        if waiter is None or not waiter.done() or not protocol._response_pending:
-            self._parse(data)
-            return
-        protocol._buffer.extend(data)  # behind the parsed reply: the next read's
-        if len(protocol._buffer) > MAX_RESPONSE_LENGTH and protocol.transport is not None:
-            protocol.transport.close()  # no sane server sends this much unasked
-
-    def eof_received(self) -> bool | None:
-        return self.protocol.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.protocol.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.protocol.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.protocol.resume_writing()
-
-
-def keep_replies(smtp: aiosmtplib.SMTP) -> None:
-    """Put :class:`RepliesKept` in front of ``smtp``'s protocol (connected, before any
-    command is pipelined; again after STARTTLS, which gives the protocol a new
-    transport). Both the stdlib's and uvloop's transports take a new protocol."""
-    protocol = protocol_of(smtp)
-    if protocol.transport is not None:
-        protocol.transport.set_protocol(RepliesKept(protocol))
 
 
 def reply_of(response: SMTPResponse) -> Reply:
@@ -163,7 +121,7 @@ async def transaction(
             replies = list(answered)
         elif pipelining and smtp.supports_extension("pipelining"):
             protocol = protocol_of(smtp)
-            protocol._response_pending = True
+            mark_reply_due(protocol)
             attempt.stage = Stage.MAIL
             protocol.write(pipelined_group(smtp, envelope))
             replies = await read_group(smtp, expected, attempt)
@@ -228,13 +186,6 @@ def pipelined_group(smtp: aiosmtplib.SMTP, envelope: Envelope) -> bytes:
     return b"".join(_commands(smtp, envelope))
 
 
-def protocol_of(smtp: aiosmtplib.SMTP) -> SMTPProtocol:
-    protocol = smtp.protocol
-    if protocol is None or not protocol.is_connected:
-        raise SMTPServerDisconnected("Connection lost")
-    return protocol
-
-
 async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
                       expected: Sequence[_Expected],
                       attempt: AttemptState) -> list[SMTPResponse]:
@@ -246,7 +197,7 @@ async def _one_by_one(smtp: aiosmtplib.SMTP, commands: list[bytes],
     for i, ((stage, accepted), command) in enumerate(zip(expected, commands, strict=True)):
         attempt.stage = stage
         protocol = protocol_of(smtp)
-        protocol._response_pending = True  # as aiosmtplib's execute_command does
+        mark_reply_due(protocol)
         protocol.write(command)
         reply = await next_reply(protocol)
         replies.append(reply)
@@ -293,8 +244,7 @@ async def next_reply(protocol: SMTPProtocol) -> SMTPResponse:
     parser are aiosmtplib internals (unchanged from 3.0 to 5.1); the transport tests
     run every outcome through them, pipelined and not.
     """
-    protocol._response_pending = True
-    buffered = protocol._read_response_from_buffer()
+    buffered = buffered_reply(protocol)
     if buffered is not None:
         return buffered
     return await protocol.read_response()
@@ -309,7 +259,7 @@ async def abandon_data(smtp: aiosmtplib.SMTP) -> None:
                 "message to close the transaction", extra={"event": "smtp_empty_data"})
     try:
         protocol = protocol_of(smtp)
-        protocol._response_pending = True
+        mark_reply_due(protocol)
         protocol.write(b".\r\n")
         await next_reply(protocol)
     except (SMTPException, OSError):
@@ -328,20 +278,48 @@ async def send_content(smtp: aiosmtplib.SMTP, data: bytes, attempt: AttemptState
     for :func:`read_group`, which must be called before anything else is awaited."""
     attempt.stage = Stage.DATA
     protocol = smtp.protocol
-    # Let events that arrived with the 354 (a close) be processed before writing.
-    for _ in range(2):
-        await asyncio.sleep(0)
-    if protocol is None or not protocol.is_connected:
+    if protocol is None or not protocol.is_connected or server_spoke_after_354(protocol):
+        discard(smtp)  # out of step, or closing: no content goes out on it
         detail = "connection closed after 354, before the content was sent"
         raise Abort(SendOutcome(Stage.DATA, failure=Failure.DISCONNECT, detail=detail))
     attempt.stage = Stage.BODY
-    protocol._response_pending = True  # as execute_data_command: a reply is now due
+    mark_reply_due(protocol)  # as execute_data_command: a reply is now due
     await _write_content(protocol, data, crlf_only, b"" if follow is None else follow())
     reply = reply_of(await next_reply(protocol))
     # The RCPT replies go in now, so that _run need not copy the outcome to add them.
     if reply.code // 100 == smtpcodes.POSITIVE:
         return SendOutcome(Stage.BODY, reply=reply, rcpt_replies=attempt.rcpt)
     return SendOutcome(Stage.BODY, reply=reply, failure=Failure.REPLY, rcpt_replies=attempt.rcpt)
+
+
+def server_spoke_after_354(protocol: SMTPProtocol) -> bool:
+    """Whether anything came from the server after its 354 that no read has taken:
+    kept bytes, or unread data or end of stream on the socket.
+
+    Nothing is due from the server until the content's final ".", so anything there
+    now (a close, or a 421 before one) means it is not waiting for the content: a send
+    stopped here provably sent none of it (``Stage.DATA``, safe to retry), while one
+    that writes it would end as an unknown outcome. The socket is asked directly
+    (a poll with no timeout) rather than the event loop given turns to deliver a close
+    that came with the 354: how many turns that takes is the loop's business."""
+    if unread(protocol):
+        return True
+    transport = protocol.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None:
+        return False  # not a socket (no such transport here today): nothing to ask
+    return _readable(sock.fileno())
+
+
+def _readable(fd: int) -> bool:
+    """Data or end of stream (or an error) waiting on ``fd``, without waiting."""
+    if fd < 0:
+        return True  # closed under us
+    if not hasattr(select, "poll"):  # Windows: no poll(), and select() has no fd limit
+        return bool(select.select([fd], [], [], 0)[0])
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
 
 
 WRITE_CHUNK: Final = 256 * 1024  # large contents go out in pieces of this size
@@ -363,7 +341,7 @@ async def _write_content(protocol: SMTPProtocol, data: bytes, crlf_only: bool,
         return
     for start in range(0, len(content), WRITE_CHUNK):
         protocol.write(content[start:start + WRITE_CHUNK])  # a piece is copied, not all
-        await protocol._drain_helper()  # aiosmtplib's flow control (FlowControlMixin)
+        await drain(protocol)
     protocol.write(b".\r\n" + after)
 
 

@@ -1,5 +1,5 @@
 """The SMTP transport's pool slots (mailout.transports.smtp.pool) and the protocol
-that keeps pipelined replies (transaction.RepliesKept)."""
+that keeps pipelined replies (_aiosmtplib_compat.RepliesKept)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from aiosmtplib.protocol import SMTPProtocol
 
 from mailout.message.envelope import Envelope
 from mailout.models import Mailbox
+from mailout.transports.smtp._aiosmtplib_compat import RepliesKept
 from mailout.transports.smtp.pool import Handover, Slots
-from mailout.transports.smtp.transaction import RepliesKept
 
 
 def envelope(n: int) -> Envelope:
