@@ -2,12 +2,11 @@
 
 Around psycopg's own work, ``Connection.execute`` adds client CPU of its own (an
 execution context, result metadata built from the cursor's description, ``Row``
-objects): about as much again for enqueue's one-row INSERT (most of what an enqueue
-added to a transaction beyond a hand-written INSERT, bench/enqueue_cost.py), and
-0.6 ms for the worker's claim, an UPDATE ... RETURNING of 33 columns, whatever the
-rows it returns. :func:`fetch` and :func:`fetch_mappings` run the same statement text
-on the connection's DB-API cursor instead, when that cannot be told apart from
-``Connection.execute``:
+objects): about as much again as psycopg's for enqueue's one-row INSERT, and a fixed
+cost per claim (an UPDATE ... RETURNING of 33 columns) whatever the rows it returns
+(figures: docs/capacity.md, "The worker's statements"). :func:`fetch` and
+:func:`fetch_mappings` run the same statement text on the connection's DB-API cursor
+instead, when that cannot be told apart from ``Connection.execute``:
 
 - the driver is psycopg 3 (sync; the async adapters go through SQLAlchemy);
 - no engine, connection or dialect event listeners (tracing, statement logging,
@@ -24,20 +23,24 @@ SQLAlchemy's own handler, so callers get the same ``sqlalchemy.exc`` classes, an
 lost connection is invalidated as usual.
 
 Those checks read SQLAlchemy attributes that are not public (``_has_events``,
-``_echo``, ``_handle_dbapi_exception``, and the compiled statement's
-``_bind_processors``, ``post_compile_params``, ``literal_execute_params`` and
-``_result_columns``); when one is missing (a SQLAlchemy that renamed it) the statement
-takes ``Connection.execute``, and tests/integration/db/test_hot_statements_enqueue.py
-and test_hot_statements_worker.py fail on the lost fast path rather than on a changed behaviour.
+``_echo``, ``_handle_dbapi_exception``, the compiled statement's ``_bind_processors``,
+``post_compile_params``, ``literal_execute_params`` and ``_result_columns``, and the
+column types' ``_cached_result_processor``), all in this module. Supported: SQLAlchemy
+>= 2.0.30, < 2.2 (:data:`SUPPORTED`; the bound in pyproject.toml).
+tests/unit/db/test_sqlalchemy_compat.py checks the installed version is in that range
+and that each attribute is still there with the meaning read here: when one goes
+missing (a SQLAlchemy that renamed it) the statement quietly takes
+``Connection.execute``, and that test, and tests/integration/db/test_hot_statements_*.py,
+fail on the lost fast path rather than on a changed behaviour.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Dialect
 from sqlalchemy.sql.compiler import Compiled
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import TextClause
@@ -46,6 +49,7 @@ from sqlalchemy.sql.selectable import Select, TextualSelect
 Statement = TextClause | TextualSelect | Select[Any] | UpdateBase
 
 _DRIVER = "psycopg"
+SUPPORTED: Final = ((2, 0, 30), (2, 2))  # lowest supported, first unsupported
 
 
 @dataclass
@@ -129,12 +133,12 @@ def _prepared(conn: Connection, stmt: Statement) -> _Prepared:
             _PREPARED.clear()
         compiled = stmt.compile(dialect=conn.dialect)
         cached = _PREPARED[id(stmt)] = _Prepared(
-            stmt, compiled, compiled.string, _needs_nothing(compiled, conn),
+            stmt, compiled, compiled.string, needs_nothing(compiled, conn.dialect),
             isinstance(stmt, TextClause | TextualSelect))
     return cached
 
 
-def _needs_nothing(compiled: Compiled, conn: Connection) -> bool:
+def needs_nothing(compiled: Compiled, dialect: Dialect) -> bool:
     """True when running ``compiled`` needs no SQLAlchemy processing: no bind
     processors, no parameters expanded at execution, no result processors."""
     if getattr(compiled, "_bind_processors", True) or getattr(
@@ -144,5 +148,5 @@ def _needs_nothing(compiled: Compiled, conn: Connection) -> bool:
     columns = getattr(compiled, "_result_columns", None)
     if columns is None:
         return False
-    return all(column[3]._cached_result_processor(conn.dialect, None) is None
+    return all(column[3]._cached_result_processor(dialect, None) is None
                for column in columns)

@@ -1,6 +1,6 @@
 """Every use of aiosmtplib's private API, in one place, for the supported range only.
 
-Supported: aiosmtplib >= 3.0.1, < 6 (:data:`SUPPORTED`; the bound in pyproject.toml).
+Supported: aiosmtplib >= 5.1.3, < 6 (:data:`SUPPORTED`; the bound in pyproject.toml).
 tests/unit/transports/smtp/test_aiosmtplib_compat.py checks that the installed version
 is in that range and that each name below still exists with the shape used here; on a
 version that changed one, it fails naming the attribute, before any send misbehaves.
@@ -24,9 +24,12 @@ the replies with aiosmtplib's own parser on aiosmtplib's ``SMTPProtocol``. That 
 * ``FlowControlMixin._drain_helper`` (:func:`drain`): the transport's write buffer
   drained, so that a large message goes out in pieces, not as a second copy.
 
-The behaviour these rely on is unchanged from 3.0.1 to 5.1 (the releases the SMTP
-transport tests have run on); the contract suite (tests/integration/transports) runs
-every outcome through them, pipelined and not.
+Why 5.1.3 at least: ``MAX_RESPONSE_LENGTH`` first came in 5.1.2, and
+``_response_pending`` (data while no reply is due is dropped, not parsed into the next
+command's reply) in 5.1.3; before it an idle connection's unasked "421" became the
+reply to the next MAIL. Why below 6: a major release may change any of these, and the
+contract suite (tests/integration/transports), which runs every outcome through them,
+pipelined and not, has only run on 5.1.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from aiosmtplib import SMTPResponse
 from aiosmtplib.errors import SMTPServerDisconnected
 from aiosmtplib.protocol import MAX_RESPONSE_LENGTH, SMTPProtocol
 
-SUPPORTED: Final = ((3, 0, 1), (6,))  # lowest supported, first unsupported
+SUPPORTED: Final = ((5, 1, 3), (6,))  # lowest supported, first unsupported
 
 
 def mark_reply_due(protocol: SMTPProtocol) -> None:

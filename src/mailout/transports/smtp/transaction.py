@@ -238,11 +238,10 @@ async def next_reply(protocol: SMTPProtocol) -> SMTPResponse:
 
     aiosmtplib parses one reply per read and keeps the rest of what arrived in its
     buffer, where later pipelined replies can already be waiting. Data that arrives
-    while no reply is due is dropped (:class:`RepliesKept` only keeps what
-    comes while a parsed reply awaits pickup), so a pipelined group is read back to
-    back: no await between one reply's return and the call for the next. The buffer and its
-    parser are aiosmtplib internals (unchanged from 3.0 to 5.1); the transport tests
-    run every outcome through them, pipelined and not.
+    while no reply is due is dropped (``RepliesKept`` only keeps what comes while a
+    parsed reply awaits pickup), so a pipelined group is read back to back: no await
+    between one reply's return and the call for the next. The buffer and its parser
+    are aiosmtplib internals (:mod:`._aiosmtplib_compat`).
     """
     buffered = buffered_reply(protocol)
     if buffered is not None:
