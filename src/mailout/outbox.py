@@ -126,8 +126,8 @@ _FROM_ENV_KEPT = 8  # environments remembered at most (tests change them often)
 
 def _settings_from_env() -> EnqueueSettings:
     """``EnqueueSettings.from_env()`` of this process, parsed again only when one of
-    ENV_NAMES changed (parsing is about 20 us, much of an enqueue). Errors are raised
-    on every call, as nothing is remembered from a failed parse."""
+    ENV_NAMES changed (parsing is much of an enqueue's own CPU: docs/capacity.md). Errors
+    are raised on every call, as nothing is remembered from a failed parse."""
     env = os.environ
     key = tuple(env.get(name) for name in ENV_NAMES)
     settings = _FROM_ENV.get(key)

@@ -138,8 +138,8 @@ def _due_cte(limit: Any, branches: list[list[ColumnElement[bool]]],
     The expired branch gets ``expired_filters``: the lane's queue filter written so
     that no index on ``queue`` can serve it. Otherwise the planner ANDs the bitmap of
     every row of the queue (its whole history) with the leased rows', a cost that
-    grows with the table (30 ms a claim at 50,000 rows); the leased index alone holds
-    only the rows being sent.
+    grows with the table (docs/capacity.md); the leased index alone holds only the
+    rows being sent.
     """
     now = func.statement_timestamp()
     expired = (select(*_PREV_COLUMNS).where(messages.c.status == Status.SENDING.value,
@@ -236,8 +236,8 @@ def _claim_by_reads(conn: Connection, params: Mapping[str, Any],
       branch is one queue, read through ``ix_mailout_messages_claim_due`` by force.
       Left to itself the optimizer walks the all-queue claim order (``..._claim_order``)
       and filters, expecting the queue's rows to be spread evenly; behind another
-      queue's backlog that read every row of it (95 ms a claim of 50 behind 60,000
-      rows, against 1 ms).
+      queue's backlog that read every row of it, a claim's cost growing with that
+      backlog (docs/capacity.md).
     - SQLite's transaction holds the database write lock (BEGIN IMMEDIATE), so reading
       the rows and then leasing them cannot race another claimer. Its status and due-time
       terms are wrapped in ``likely()`` (see :func:`_mostly_true`).
@@ -288,8 +288,8 @@ def _mostly_true(conn: Connection, term: ColumnElement[bool]) -> ColumnElement[b
     (SQLite's ``likely()``), so that it picks the index that gives the claim order.
 
     SQLite, left to itself, reads ``status = ?`` through ``ix_mailout_messages_status_id``
-    and sorts every due row (34-67 ms a claim of 50 behind 126,000 pending rows,
-    against 3-4 ms in order). With statistics it may also read one queue's rows through
+    and sorts every due row, a claim's cost growing with the backlog (docs/capacity.md).
+    With statistics it may also read one queue's rows through
     the all-queue claim order, ranging on ``next_attempt_at``, past other queues'
     backlog. Marked, the status term still selects the partial claim-order indexes
     (their WHERE matches it) and each read stops after LIMIT rows in index order. The

@@ -196,7 +196,7 @@ SELECT id FROM done
 @functools.cache
 def _complete_row_statement() -> Any:
     """_COMPLETE_PG's rules for one row, in any dialect, built and compiled once (a
-    statement built per row cost ~0.4 ms a row on SQLite). Its parameters are
+    statement built per row showed in SQLite's completions: docs/capacity.md). Its parameters are
     _completion_row's keys with a "p_" prefix: SQLAlchemy reserves column names."""
     m = messages.c
 

@@ -8,9 +8,10 @@ rendered (subject/text/html set, no template) skip Jinja.
 Rendering checks everything that could make the message unsendable (headers,
 addresses, encodability) and returns the structured envelope; its MIME form is
 built on first use, by :mod:`mailout.message.mime`, which writes the wire format
-directly instead of going through the stdlib's ``email`` objects (about 30 times
-slower). The body is kept 7-bit clean (quoted-printable or base64), so every
-line stays short and no server has to support 8BITMIME.
+directly instead of going through the stdlib's ``email`` objects (many times slower:
+docs/capacity.md, "Figures behind choices in the code"). The body is kept 7-bit clean
+(quoted-printable or base64), so every line stays short and no server has to support
+8BITMIME.
 """
 
 from __future__ import annotations

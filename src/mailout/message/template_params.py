@@ -15,7 +15,8 @@ included file alone is seen after a restart, as by the worker.
 
 :func:`lookup` remembers, per template and locale, which variant enqueue renders, its
 schema and its params, for as long as none of the files that decide them changes
-(checked with one ``stat`` each: about 3 us, where finding them again costs 50).
+(checked with one ``stat`` each, far cheaper than finding them again: docs/capacity.md,
+"Figures behind choices in the code").
 """
 
 from __future__ import annotations

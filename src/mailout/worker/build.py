@@ -202,8 +202,8 @@ def run_worker(
 def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """What makes the worker's event loop (None: asyncio's own, as ``asyncio.run``).
 
-    uvloop runs the same worker with about 5% fewer instructions per message
-    (docs/capacity.md): the event loop and the sockets' reads and writes in C.
+    uvloop runs the same worker with fewer instructions per message (figures:
+    docs/capacity.md): the event loop and the sockets' reads and writes in C.
     """
     if choice is EventLoop.ASYNCIO:
         return None
