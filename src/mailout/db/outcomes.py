@@ -196,8 +196,9 @@ SELECT id FROM done
 @functools.cache
 def _complete_row_statement() -> Any:
     """_COMPLETE_PG's rules for one row, in any dialect, built and compiled once (a
-    statement built per row showed in SQLite's completions: docs/capacity.md). Its parameters are
-    _completion_row's keys with a "p_" prefix: SQLAlchemy reserves column names."""
+    statement built per row showed in SQLite's completions: docs/capacity.md). Its
+    parameters are _completion_row's keys with a "p_" prefix: SQLAlchemy reserves
+    column names."""
     m = messages.c
 
     def arg(name: str, type_: Any = None) -> Any:
