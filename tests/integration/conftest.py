@@ -1,7 +1,7 @@
 """Hooks for the integration tests: the transports' suites run on both event loops.
 
-What the SMTP transport does on a connection depends on the order in which the loop
-runs its callbacks (a close right after the 354 is seen before any content is
+What the SMTP transport does on a connection depends on how the loop delivers
+socket events (a close that came with the 354 must be seen before any content is
 written; pipelined replies are read back to back), and a worker runs on uvloop when
 it is installed (``MAILOUT_EVENT_LOOP``). So these suites run on asyncio's loop and
 on uvloop; every other async test on asyncio's. The test servers keep their own
@@ -18,7 +18,8 @@ import pytest
 import uvloop
 
 BOTH_LOOPS = frozenset({"transports/smtp/test_client.py", "transports/smtp/test_recipients.py",
-                        "transports/smtp/test_auth_safety.py", "transports/test_contract.py"})
+                        "transports/smtp/test_auth_safety.py", "transports/smtp/test_after_354.py",
+                        "transports/test_contract.py"})
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 _ASYNCIO: Mapping[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
 _BOTH: Mapping[str, LoopFactory] = {**_ASYNCIO, "uvloop": uvloop.new_event_loop}
