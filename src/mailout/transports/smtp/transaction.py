@@ -17,9 +17,10 @@ Choices worth knowing:
   content has left at that point.
 * The DATA phase is driven by hand (aiosmtplib's ``data()`` hides where it
   failed): ``Stage.DATA`` covers the DATA command up to the 354 and also a
-  connection already found closed right after the 354, before any content was
-  written; both are safe to retry. ``Stage.BODY`` starts when the content is
-  handed to the socket: a disconnect or timeout there is an unknown outcome.
+  server found to have closed, or said anything, right after the 354, before any
+  content was written (:func:`server_spoke_after_354`); both are safe to retry.
+  ``Stage.BODY`` starts when the content is handed to the socket: a disconnect or
+  timeout there is an unknown outcome.
 """
 
 from __future__ import annotations
