@@ -138,6 +138,10 @@ class ClaimedMessage:
     mime: bytes | None = field(default=None, repr=False)
     # Shared by the rows of one ordered enqueue: started one after the other.
     batch: str | None = None
+    # The W3C trace context the row was enqueued under (an active span at enqueue):
+    # each attempt's send span links to it. None: enqueued outside any trace.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     @property
     def envelope_recipients(self) -> tuple[str, ...]:

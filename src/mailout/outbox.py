@@ -28,7 +28,7 @@ from mailout.exceptions import IdempotencyConflict, InvalidMessage, TemplateNotF
 from mailout.message import addresses, compose, template_params, validate, whole
 from mailout.message.templates import resolve_variant, template_schema
 from mailout.models import Attachment, EnqueueResult, Mailbox
-from mailout.support import envparse
+from mailout.support import envparse, tracing
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -420,6 +420,18 @@ def enqueue_many(
     templates: dict[tuple[str, str | None], Checked] = {}
     rows = [_validated_row(m, settings, templates) for m in messages]
     connection = conn.connection() if isinstance(conn, Session) else conn
+    with tracing.creating(rows) as trace_context:
+        if trace_context is not None:  # the create span's, stored with every row
+            for row in rows:
+                row.update(trace_context)
+        return _write(connection, rows, settings, ignore_conflicts=ignore_conflicts,
+                      in_order=in_order)
+
+
+def _write(connection: Connection, rows: list[dict[str, Any]], settings: EnqueueSettings, *,
+           ignore_conflicts: bool, in_order: bool) -> list[EnqueueResult]:
+    """Write validated ``rows``: the INSERT, attachments and late columns, as
+    :func:`enqueue_many` says."""
     with inserts.schema_required():
         inserts.refuse_oversize(connection, rows)
         stored = inserts.insert_messages(

@@ -29,7 +29,7 @@ CLAIMED_COLUMNS = tuple(messages.c[name] for name in (
     "unknown_attempts", "created_at", "expires_at", "lease_token", "last_attempt_at",
     "event_ref", "event_version", "schema_version", "addresses", "locale",
     "attachment_digest", "settled", "unknown_since", "unknown_via", "mime",
-    "batch"))
+    "batch", "traceparent", "tracestate"))
 
 
 def claimed_rows(conn: Connection, rows: Sequence[Mapping[Any, Any]], *,
@@ -80,6 +80,8 @@ def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
         unknown_via=m["unknown_via"],
         mime=None if m["mime"] is None else bytes(m["mime"]),
         batch=m["batch"],
+        traceparent=m["traceparent"],
+        tracestate=m["tracestate"],
     )
 
 

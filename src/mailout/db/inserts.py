@@ -165,8 +165,12 @@ def _as_text(value: Any) -> str | None:
     return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
-_LITERAL_COLUMNS = (*CONTENT_COLUMNS, "idempotency_key", "priority", "message_id",
-                    "event_ref", "event_version", "schema_version")
+_ROW_COLUMNS = (*CONTENT_COLUMNS, "idempotency_key", "priority", "message_id",
+                "event_ref", "event_version", "schema_version")
+# The enqueue's W3C trace context (mailout.support.tracing): in a row only when the
+# caller had an active span, so they are read with .get().
+_TRACE_COLUMNS = ("traceparent", "tracestate")
+_LITERAL_COLUMNS = (*_ROW_COLUMNS, *_TRACE_COLUMNS)
 # Times come from the database clock unless the caller scheduled the message.
 _INSERT_VALUES: dict[str, Any] = {
     **{c: bindparam(c, type_=messages.c[c].type) for c in _LITERAL_COLUMNS},
@@ -181,7 +185,9 @@ _INSERT_VALUES: dict[str, Any] = {
 
 
 def _insert_params(row: Mapping[str, Any]) -> dict[str, Any]:
-    params = {c: row[c] for c in _LITERAL_COLUMNS}
+    params = {c: row[c] for c in _ROW_COLUMNS}
+    params["traceparent"] = row.get("traceparent")
+    params["tracestate"] = row.get("tracestate")
     send_at: datetime | None = row["send_at"]
     params["send_at"] = send_at
     params["expires_in"] = row["expires_in"]

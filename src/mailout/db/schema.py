@@ -149,6 +149,10 @@ messages = Table(
     # The rows of one ordered enqueue (a Django send_messages call) share this token: a
     # worker starts each one's attempt only after the one before it has finished.
     Column("batch", String(32)),
+    # The W3C trace context of the enqueue's create span (OpenTelemetry, when the
+    # application has an active span): the worker's send spans link to it.
+    Column("traceparent", String(55)),
+    Column("tracestate", String(512)),
     CheckConstraint(f"status IN ({_STATUSES})", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     Index("ux_mailout_messages_key", "idempotency_key", unique=True),

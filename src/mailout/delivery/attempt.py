@@ -50,6 +50,7 @@ from mailout.models import (
     Settled,
     Status,
 )
+from mailout.support import tracing
 from mailout.support.logs import LogRecipients, SendLog, redact_addresses
 from mailout.transports.base import Decision, SendResult, Transport
 
@@ -419,7 +420,21 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     (also one raised while the transport builds the wire form) ``failed`` with
     ``render_error``; an unexpected error in a guard, a charged retry; an unexpected
     error from the transport, :func:`crashed`.
+
+    Under an OpenTelemetry SDK the attempt is a ``send`` span linked to the row's
+    enqueue (:mod:`mailout.support.tracing`); without one, a cached check and no more.
     """
+    if tracing.tracer() is None:
+        return await _attempt(msg, ctx, pause_seconds, outage_seconds, on_send)
+    with tracing.sending(msg, ctx.transport.name) as span:
+        completion = await _attempt(msg, ctx, pause_seconds, outage_seconds, on_send)
+        tracing.finished(span, completion)
+        return completion
+
+
+async def _attempt(msg: ClaimedMessage, ctx: Context, pause_seconds: float,
+                   outage_seconds: float | None,
+                   on_send: Callable[[], None] | None) -> Completion:
     resend: Resend | None = None
     if msg.unknown_since is not None:  # an earlier attempt may have delivered it
         plan = after_unknown(msg, ctx.transport, ctx.on_unknown)
@@ -451,10 +466,13 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
         msg = replace(msg, attachments=loaded)
     started = time.monotonic()
     try:
-        envelope = _render(msg, ctx)
+        with tracing.step("render"):
+            envelope = _render(msg, ctx)
         if on_send is not None:
             on_send()  # from here on, a cancelled attempt's outcome is unknown
-        result = await (resend.transport if resend is not None else ctx.transport).send(envelope)
+        with tracing.step("transport"):
+            result = await (resend.transport if resend is not None
+                            else ctx.transport).send(envelope)
     except RenderError as exc:
         log.error("render failed id=%s key=%s template=%s: %s", msg.id, msg.key,
                   msg.template, redact_addresses(exc.reason, ctx.log_recipients),

@@ -5,7 +5,8 @@ Owns database times made comparable (``timeutil``), the parsers every setting us
 control characters written out (``visible``), text and JSON logs with recipients
 masked (``logs``), alert delivery: callback and webhook, off the event loop
 (``alerts``), and the circuit breaker counted per probe cycle that the worker and
-each failover member share (``breaker``).
+each failover member share (``breaker``), and OpenTelemetry spans when the application
+configured an SDK (``tracing``; the ``mailout[otel]`` extra, imported lazily).
 
 May import: ``mailout.models`` and ``mailout.exceptions`` only
 (tests/unit/test_layering.py).

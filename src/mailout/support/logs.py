@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from mailout.models import ClaimedMessage, Completion, Outcome
-from mailout.support import visible
+from mailout.support import tracing, visible
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -38,7 +38,7 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 _STANDARD_ATTRS = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__
 ) | {"message", "asctime", "taskName"}
-_CORE_KEYS = ("time", "level", "logger", "message")
+_CORE_KEYS = ("time", "level", "logger", "message", "trace_id", "span_id")
 # Any address-looking run, international ones included (\w is Unicode-aware): a
 # partial match would leave the start of a non-ASCII local part readable.
 _ADDRESS = re.compile(r"([\w.!#$%&'*+/=?^`{|}~-]+)@([\w-]+(?:\.[\w-]+)*\.\w{2,})")
@@ -111,7 +111,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, then the ``extra`` fields.
 
     An extra field that clashes with a core key is written as ``extra_<key>``;
-    values that JSON cannot hold are written as their ``str()``.
+    values that JSON cannot hold are written as their ``str()``. A line logged while
+    an OpenTelemetry span is active carries its ``trace_id`` and ``span_id`` (hex).
     """
 
     def format(self, record: logging.LogRecord) -> str:
@@ -121,6 +122,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        ids = tracing.current_ids()  # the logging call's context: formatting runs in it
+        if ids is not None:
+            event["trace_id"], event["span_id"] = ids
         for key, value in record.__dict__.items():
             if key in _STANDARD_ATTRS or key.startswith("_"):
                 continue

@@ -1,0 +1,232 @@
+"""OpenTelemetry traces, when the application has them (the ``mailout[otel]`` extra).
+
+mailout never configures OpenTelemetry: it uses the global tracer provider that the
+application, or ``opentelemetry-instrument``, set up. Without ``opentelemetry-api``
+installed, or with no SDK configured (the API's proxy provider), every function here
+returns at once after one cached check, and nothing is recorded. The API is imported
+on first use, so ``import mailout.outbox`` never loads it.
+
+The trace context travels with the row: enqueue stores the W3C ``traceparent`` and
+``tracestate`` of its ``create`` span, and each worker attempt's ``send`` span links
+to it (a link, not a child: the send happens later, maybe several times).
+
+What a span or an event may carry: the queue, the key, the Message-ID, the row id,
+the attempt number, the transport, the outcome and its reason label, the reply code,
+the enhanced code, the provider's message id and an exception's type. Never an
+address, a subject, a body, a param, a reply text or an exception's message (either
+may quote an address): trace backends keep what they get beyond the reach of
+``MAILOUT_LOG_RECIPIENTS``.
+
+May import: ``mailout.models`` (and ``mailout.__version__``); ``opentelemetry-api``,
+lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mailout import __version__
+from mailout.models import ClaimedMessage, Completion, Outcome
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
+
+SYSTEM = "mailout"  # messaging.system
+# W3C: a vendor may drop tracestate it cannot carry; the column holds this much.
+TRACESTATE_MAX = 512
+# Attempts that did not deliver: the span's status is ERROR, with an event saying why.
+_FAILED = frozenset({Outcome.RETRY, Outcome.FAILED, Outcome.DEAD, Outcome.UNKNOWN,
+                     Outcome.PAUSED, Outcome.OUTAGE})
+_NULL: AbstractContextManager[Any] = contextlib.nullcontext(None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Api:
+    """The parts of opentelemetry-api mailout uses, loaded once."""
+
+    trace: Any  # the opentelemetry.trace module
+    context: Any  # the opentelemetry.context module
+    propagator: Any  # W3C trace context, whatever propagator the application set
+    unconfigured: tuple[type, ...]  # provider types that mean "no SDK"
+
+
+_api: _Api | None = None
+_loaded = False
+# (provider, its mailout tracer): get_tracer() builds a new tracer on every call.
+_cached: tuple[object, Tracer | None] = (None, None)
+
+
+def _load() -> _Api | None:
+    global _api, _loaded
+    if not _loaded:
+        _loaded = True
+        try:
+            from opentelemetry import context, trace
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+        except ImportError:
+            return None
+        _api = _Api(trace, context, TraceContextTextMapPropagator(),
+                    (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    return _api
+
+
+def tracer() -> Tracer | None:
+    """mailout's tracer from the global provider; None without the API or an SDK."""
+    global _cached
+    api = _api if _loaded else _load()
+    if api is None:
+        return None
+    provider = api.trace.get_tracer_provider()
+    if provider is not _cached[0]:
+        found = None if isinstance(provider, api.unconfigured) else \
+            provider.get_tracer("mailout", __version__)
+        _cached = (provider, found)
+    return _cached[1]
+
+
+def current_ids() -> tuple[str, str] | None:
+    """``(trace_id, span_id)`` in hex of the active span, for a log line; else None."""
+    api = _api if _loaded else _load()
+    if api is None:
+        return None
+    found = api.trace.get_current_span().get_span_context()
+    if not found.is_valid:
+        return None
+    return api.trace.format_trace_id(found.trace_id), api.trace.format_span_id(found.span_id)
+
+
+def creating(rows: Sequence[Mapping[str, Any]],
+             ) -> AbstractContextManager[dict[str, str | None] | None]:
+    """The ``create`` span of one enqueue call of ``rows`` (enqueue's column values:
+    ``queue``, ``message_id``, ``idempotency_key``), a child of the caller's active
+    span and current while the block runs. It yields the columns to store with every
+    row (``traceparent``, ``tracestate``). Without an active span (or without the API)
+    it yields None and records nothing: an enqueue outside any trace starts none.
+    """
+    found = tracer()
+    if found is None:
+        return _NULL
+    assert _api is not None
+    if not _api.trace.get_current_span().get_span_context().is_valid:
+        return _NULL
+    queues = {row["queue"] for row in rows}
+    queue = next(iter(queues)) if len(queues) == 1 else None
+    attributes: dict[str, str | int] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "create",
+        "messaging.operation.name": "create",
+    }
+    if queue is not None:
+        attributes["messaging.destination.name"] = queue
+    if len(rows) == 1:
+        attributes["messaging.message.id"] = rows[0]["message_id"]
+        attributes["mailout.key"] = rows[0]["idempotency_key"]
+    else:
+        attributes["messaging.batch.message_count"] = len(rows)
+    span = found.start_span("create" if queue is None else f"create {queue}",
+                            kind=_api.trace.SpanKind.PRODUCER, attributes=attributes)
+    return _current(span, _carrier(span))
+
+
+def _carrier(span: Span) -> dict[str, str | None]:
+    assert _api is not None
+    carrier: dict[str, str] = {}
+    _api.propagator.inject(carrier, context=_api.trace.set_span_in_context(span))
+    state = carrier.get("tracestate")
+    return {"traceparent": carrier.get("traceparent"),
+            "tracestate": state if state and len(state) <= TRACESTATE_MAX else None}
+
+
+@contextlib.contextmanager
+def _current(span: Span, value: Any) -> Iterator[Any]:
+    """``span`` as the current span while the block runs, ended after it. An exception
+    is recorded by its type only: its message may quote an address."""
+    assert _api is not None
+    token = _api.context.attach(_api.trace.set_span_in_context(span))
+    try:
+        yield value
+    except BaseException as exc:
+        _error(span, type(exc).__name__, {"exception.type": _type_name(exc)})
+        raise
+    finally:
+        _api.context.detach(token)
+        span.end()
+
+
+def _type_name(exc: BaseException) -> str:
+    kind = type(exc)
+    return kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _error(span: Span, description: str, event: Mapping[str, str | int]) -> None:
+    assert _api is not None
+    span.set_status(_api.trace.Status(_api.trace.StatusCode.ERROR, description))
+    span.add_event("exception" if "exception.type" in event else "mailout.attempt_failed",
+                   dict(event))
+
+
+def sending(msg: ClaimedMessage, transport: str) -> AbstractContextManager[Span | None]:
+    """The ``send`` span of one attempt, current while the attempt runs and linked to
+    the context its row was enqueued under (when it was). Yields None when nothing is
+    recorded; give the span and the attempt's completion to :func:`finished`."""
+    found = tracer()
+    if found is None:
+        return _NULL
+    assert _api is not None
+    links = []
+    if msg.traceparent is not None:
+        carrier = {"traceparent": msg.traceparent}
+        if msg.tracestate:
+            carrier["tracestate"] = msg.tracestate
+        linked = _api.trace.get_current_span(_api.propagator.extract(carrier))
+        if linked.get_span_context().is_valid:
+            links.append(_api.trace.Link(linked.get_span_context()))
+    span = found.start_span(f"send {msg.queue}", kind=_api.trace.SpanKind.CONSUMER, links=links,
+                            attributes={
+                                "messaging.system": SYSTEM,
+                                "messaging.operation.type": "process",
+                                "messaging.operation.name": "send",
+                                "messaging.destination.name": msg.queue,
+                                "messaging.message.id": msg.message_id,
+                                "mailout.key": msg.key,
+                                "mailout.outbox_id": msg.id,
+                                "mailout.attempt": msg.attempts,
+                                "mailout.transport": transport,
+                            })
+    return _current(span, span)
+
+
+def step(name: str) -> AbstractContextManager[Any]:
+    """A child span of the current one for a step of an attempt (``render``,
+    ``transport``); nothing when nothing is recorded."""
+    found = tracer()
+    if found is None:
+        return _NULL
+    return _current(found.start_span(f"mailout.{name}"), None)
+
+
+def finished(span: Span | None, completion: Completion) -> None:
+    """Record how the attempt ended on its ``send`` span: outcome, reason label, reply
+    and enhanced codes, the transport that answered and the provider's id. An attempt
+    that did not deliver gets status ERROR and an event with the same fields."""
+    if span is None:
+        return
+    fields: dict[str, str | int] = {"mailout.outcome": completion.outcome.value,
+                                    "mailout.status": completion.status.value}
+    for name, value in (("mailout.reason", completion.reason),
+                        ("mailout.reply_code", completion.reply_code),
+                        ("mailout.enhanced_code", completion.enhanced_code),
+                        ("mailout.stage", completion.stage),
+                        ("mailout.transport", completion.transport),
+                        ("mailout.provider_message_id", completion.provider_message_id)):
+        if value is not None:
+            fields[name] = value
+    span.set_attributes(fields)
+    if completion.outcome in _FAILED:
+        _error(span, f"{completion.outcome.value}: {completion.reason or 'no reason'}", fields)

@@ -1,0 +1,68 @@
+"""OpenTelemetry in tests: an SDK tracer provider whose finished spans are kept in memory.
+
+``spans`` (a fixture: import it into the test module) installs the provider as the
+global one for one test and removes it after, so that no other test runs under an
+SDK. A test module that needs it skips, saying why, when the SDK is not installed
+(the ``test`` extra installs it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk.trace",
+                    reason="opentelemetry-sdk is not installed (pip install -e '.[test]')")
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.util._once import Once
+
+
+def install(provider: TracerProvider) -> None:
+    """Make ``provider`` the global one. The API lets a process set it once; tests
+    set and reset it (as opentelemetry-test-utils does, through the same globals)."""
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace.set_tracer_provider(provider)
+
+
+def uninstall() -> None:
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    install(provider)
+    try:
+        yield exporter
+    finally:
+        uninstall()
+        provider.shutdown()
+
+
+def named(finished: Iterable[ReadableSpan], prefix: str) -> list[ReadableSpan]:
+    return [s for s in finished if s.name.startswith(prefix)]
+
+
+def every_value(finished: Iterable[ReadableSpan]) -> list[str]:
+    """Every attribute value of every span, event and link, as text."""
+    values: list[Any] = []
+    for span in finished:
+        values += [span.name, *(span.attributes or {}).values()]
+        for event in span.events:
+            values += [event.name, *(event.attributes or {}).values()]
+        for link in span.links:
+            values += list((link.attributes or {}).values())
+        if span.status.description:
+            values.append(span.status.description)
+    return [str(v) for v in values]
