@@ -12,6 +12,7 @@ N stays small.
 
     .venv/bin/python -m bench.instructions [-n 2000] SRC [SRC ...]
     .venv/bin/python -m bench.instructions src /path/to/older/checkout/src
+    .venv/bin/python -m bench.instructions src src:bench/support/otel_sdk   # an OTel SDK
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def main() -> None:
         engine = db.make_engine(url)
         migrate.upgrade(engine)
         for i, src in enumerate(args.src):
-            env = {**worker_env(url, port, templates, 50), "PYTHONPATH": str(Path(src).resolve())}
+            # A tree may be several folders (src:bench/support/otel_sdk), as PYTHONPATH.
+            path = os.pathsep.join(str(Path(p).resolve()) for p in src.split(os.pathsep))
+            env = {**worker_env(url, port, templates, 50), "PYTHONPATH": path}
             print(f"counting {src} (an empty drain, then {args.n} messages)...", flush=True)
             reset(engine)
             idle = instructions(env, Path(tmp) / f"idle-{i}.out")
