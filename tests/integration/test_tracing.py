@@ -1,6 +1,7 @@
 """OpenTelemetry end to end: a request span enqueues in its transaction, a real worker
-sends over real SMTP after one 4yz retry, and every span says what it should and
-nothing personal. On SQLite, PostgreSQL and MariaDB (each insert path)."""
+sends over real SMTP after one 4yz retry, a bounce links back, and every span says
+what it should and nothing personal. On SQLite, PostgreSQL and MariaDB (each insert
+path)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import io
 import json
 import logging
+from datetime import UTC, datetime
 
 import pytest
 from bench.support.smtpserver import SmtpTestServer
@@ -18,6 +20,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from mailout import db
 from mailout.db.schema import messages
 from mailout.exceptions import IdempotencyConflict
+from mailout.feedback.ingest import Policy, ingest
+from mailout.models import Event, EventType, Provider
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_async, enqueue_many
 from mailout.support.logs import configure_logging
 from tests.support.timetravel import make_due
@@ -120,7 +124,7 @@ def test_enqueue_async_keeps_the_callers_span_as_parent(
     assert create.parent.span_id == request.context.span_id
 
 
-def test_the_worker_links_each_attempt_to_the_enqueue_and_records_no_personal_data(
+def test_each_attempt_and_the_bounce_link_to_the_enqueue_and_record_no_personal_data(
     engine: Engine, db_url: str, smtp_server: SmtpTestServer, spans: InMemorySpanExporter
 ) -> None:
     with trace.get_tracer("shop").start_as_current_span("POST /reset"), \
@@ -167,6 +171,27 @@ def test_the_worker_links_each_attempt_to_the_enqueue_and_records_no_personal_da
     assert second.attributes["mailout.provider_message_id"]
     assert second.status.status_code is trace.StatusCode.UNSET
     assert second.events == ()
+
+    bounce = Event(Provider.RESEND, "ev-1", EventType.BOUNCED, "rcpt-451-once@example.com",
+                   datetime.now(UTC), subtype="hard", message_id=row.message_id,
+                   diagnostic="5.1.1 <rcpt-451-once@example.com>: user unknown")
+    with trace.get_tracer("shop").start_as_current_span("POST /webhooks/resend") as hook, \
+            engine.begin() as conn:
+        assert ingest(conn, [bounce], Policy()).matched == 1
+    finished = spans.get_finished_spans()
+    (ingested,) = named(finished, "ingest")
+    assert ingested.name == "ingest bounced"
+    assert ingested.parent is not None
+    assert ingested.parent.span_id == hook.get_span_context().span_id
+    assert [(lk.context.trace_id, lk.context.span_id) for lk in ingested.links] == [
+        (create.context.trace_id, create.context.span_id)]
+    assert ingested.attributes == {
+        "messaging.system": "mailout", "messaging.operation.type": "process",
+        "messaging.operation.name": "ingest", "mailout.event_type": "bounced",
+        "mailout.provider": "resend", "mailout.outbox_id": row.id,
+        "mailout.matched_by": "message_id", "mailout.event_subtype": "hard",
+        "mailout.reason": "mailbox_unknown",
+    }
     values = every_value(finished)
     leaked = [v for v in values for p in PERSONAL if p in v]
     assert leaked == []

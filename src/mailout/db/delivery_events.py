@@ -53,6 +53,10 @@ class Link:
     # Every address the row was sent to (recipient, To, Cc, Bcc, a redirect), lower case:
     # a report about any other address is not about this message.
     recipients: frozenset[str] = frozenset()
+    # The W3C trace context the row was enqueued under (None: outside any trace): an
+    # event's ingest span links to it.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,7 @@ def find_links(conn: Connection, *, provider_ids: Iterable[str] = (),
     """
     found: dict[tuple[str, str], Link] = {}
     cols = (messages.c.id, messages.c.recipient, messages.c.addresses,
-            messages.c.redirected_to)
+            messages.c.redirected_to, messages.c.traceparent, messages.c.tracestate)
     wanted = sorted({p for p in provider_ids if p})
     if wanted:
         rows = conn.execute(
@@ -126,7 +130,7 @@ def _link(row: Any, matched_by: str) -> Link:
     for kind in ("to", "cc", "bcc"):
         every.update(address for _name, address in (stored or {}).get(kind) or ())
     return Link(row_id, matched_by, recipient,
-                frozenset(str(a).lower() for a in every if a))
+                frozenset(str(a).lower() for a in every if a), row[4], row[5])
 
 
 # -- events --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection
@@ -37,6 +38,7 @@ from mailout.exceptions import MailoutError
 from mailout.feedback.bounce_rules import SENDER_SIDE_REASONS, classify
 from mailout.message.return_path import ReturnPath
 from mailout.models import BounceKind, Event, EventType, Provider
+from mailout.support import tracing
 
 DEFAULT_SOFT_BOUNCE_LIMIT = 3
 DEFAULT_SOFT_BOUNCE_WINDOW = 7 * 86400.0
@@ -121,12 +123,25 @@ def ingest(conn: Connection, batch: Sequence[Event], policy: Policy,
         matched += link is not None
         unverified += link is None and event.provider in MAIL_REPORTS
         sender_rejected += address is not None and event.reason in SENDER_SIDE
-        if policy.suppress and address and _suppress(conn, event, address, event_id, policy):
-            suppressed.append(address)
+        with _ingest_span(event, link):
+            if policy.suppress and address and _suppress(conn, event, address, event_id,
+                                                         policy):
+                suppressed.append(address)
     return Result(stored=len(stored), duplicates=duplicates, matched=matched,
                   unmatched=len(stored) - matched, unverified=unverified,
                   sender_rejected=sender_rejected,
                   suppressed=tuple(suppressed), stored_events=tuple(stored))
+
+
+def _ingest_span(event: Event, link: sql.Link | None) -> AbstractContextManager[object]:
+    """The ``ingest`` span of a new event linked to a row enqueued inside a trace
+    (see :func:`mailout.support.tracing.ingesting`); nothing otherwise."""
+    if link is None or link.traceparent is None:
+        return tracing.NOTHING
+    return tracing.ingesting(
+        link.traceparent, link.tracestate, event_type=event.type.value,
+        provider=event.provider.value, outbox_id=link.outbox_id, matched_by=link.matched_by,
+        subtype=event.subtype, reason=event.reason)
 
 
 def _with_reason(event: Event) -> Event:

@@ -42,6 +42,7 @@ TRACESTATE_MAX = 512
 _FAILED = frozenset({Outcome.RETRY, Outcome.FAILED, Outcome.DEAD, Outcome.UNKNOWN,
                      Outcome.PAUSED, Outcome.OUTAGE})
 _NULL: AbstractContextManager[Any] = contextlib.nullcontext(None)
+NOTHING = _NULL  # a span that records nothing, for callers that know there is none
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,45 @@ def _error(span: Span, description: str, event: Mapping[str, str | int]) -> None
                    dict(event))
 
 
+def _link(traceparent: str, tracestate: str | None) -> list[Any]:
+    """A link to a stored W3C context; none when it does not parse."""
+    assert _api is not None
+    carrier = {"traceparent": traceparent}
+    if tracestate:
+        carrier["tracestate"] = tracestate
+    linked = _api.trace.get_current_span(_api.propagator.extract(carrier)).get_span_context()
+    return [_api.trace.Link(linked)] if linked.is_valid else []
+
+
+def ingesting(traceparent: str, tracestate: str | None, *, event_type: str, provider: str,
+              outbox_id: int, matched_by: str, subtype: str | None,
+              reason: str | None) -> AbstractContextManager[Any]:
+    """The ``ingest`` span of a delivery event (bounce, complaint, delivery...) linked
+    to an outbox row: a child of the current span (the webhook request, if traced),
+    linked to the context the row was enqueued under. That context, rather than a send
+    span's, is what the row stores: every send span links to it too, so the request,
+    the attempts and the feedback meet there. Carries the event's type, subtype and
+    reason label, the provider and how the row was found; never the recipient or the
+    diagnostic text."""
+    found = tracer()
+    if found is None:
+        return _NULL
+    assert _api is not None
+    attributes: dict[str, str | int] = {
+        "messaging.system": SYSTEM, "messaging.operation.type": "process",
+        "messaging.operation.name": "ingest", "mailout.event_type": event_type,
+        "mailout.provider": provider, "mailout.outbox_id": outbox_id,
+        "mailout.matched_by": matched_by,
+    }
+    if subtype is not None:
+        attributes["mailout.event_subtype"] = subtype
+    if reason is not None:
+        attributes["mailout.reason"] = reason
+    return _current(found.start_span(f"ingest {event_type}", kind=_api.trace.SpanKind.CONSUMER,
+                                     links=_link(traceparent, tracestate),
+                                     attributes=attributes), None)
+
+
 def sending(msg: ClaimedMessage, transport: str) -> AbstractContextManager[Span | None]:
     """The ``send`` span of one attempt, current while the attempt runs and linked to
     the context its row was enqueued under (when it was). Yields None when nothing is
@@ -179,14 +219,7 @@ def sending(msg: ClaimedMessage, transport: str) -> AbstractContextManager[Span 
     if found is None:
         return _NULL
     assert _api is not None
-    links = []
-    if msg.traceparent is not None:
-        carrier = {"traceparent": msg.traceparent}
-        if msg.tracestate:
-            carrier["tracestate"] = msg.tracestate
-        linked = _api.trace.get_current_span(_api.propagator.extract(carrier))
-        if linked.get_span_context().is_valid:
-            links.append(_api.trace.Link(linked.get_span_context()))
+    links = [] if msg.traceparent is None else _link(msg.traceparent, msg.tracestate)
     span = found.start_span(f"send {msg.queue}", kind=_api.trace.SpanKind.CONSUMER, links=links,
                             attributes={
                                 "messaging.system": SYSTEM,
