@@ -25,7 +25,14 @@ from mailout.models import Event, EventType, Provider
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_async, enqueue_many
 from mailout.support.logs import configure_logging
 from tests.support.timetravel import make_due
-from tests.support.tracing import InMemorySpanExporter, every_value, named, spans, trace
+from tests.support.tracing import (
+    InMemorySpanExporter,
+    ReadableSpan,
+    every_value,
+    named,
+    spans,
+    trace,
+)
 
 __all__ = ["spans"]  # the fixture, imported for the tests below
 
@@ -41,8 +48,9 @@ def _stored(engine: Engine) -> dict[str, tuple[str | None, str | None]]:
             select(messages.c.idempotency_key, messages.c.traceparent, messages.c.tracestate))}
 
 
-def _traceparent(span: trace.Span) -> str:
-    ctx = span.get_span_context()
+def _traceparent(span: ReadableSpan) -> str:
+    ctx = span.context
+    assert ctx is not None
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
 
 

@@ -24,6 +24,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.util._once import Once
 
+__all__ = ["InMemorySpanExporter", "ReadableSpan", "every_value", "install", "named",
+           "spans", "trace", "uninstall"]
+
 
 def install(provider: TracerProvider) -> None:
     """Make ``provider`` the global one. The API lets a process set it once; tests
