@@ -20,6 +20,7 @@ from mailout.message.templates import known_schemas
 from mailout.metrics.observer import Observer
 from mailout.metrics.prometheus import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
+from mailout.support import tracing
 from mailout.support.alerts import AlertCallback, Alerts
 from mailout.support.logs import SendLog
 from mailout.transports.base import Transport
@@ -90,6 +91,8 @@ def build_worker(
             first.append(built)
         return built
 
+    # The OpenTelemetry API (when installed) loads now, not inside the first send.
+    tracing.tracer()
     loader = AttachmentLoader(engine)
     send_log = SendLog(attempt.log, mode=settings.log_sends, recipients=settings.log_recipients)
     contexts = [
