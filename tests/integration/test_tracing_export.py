@@ -36,7 +36,7 @@ def test_the_spans_reach_a_collector_over_otlp_http(
                 row = enqueue(conn, to="ana@example.com", subject="Order", text="Thanks",
                               key="order-1", settings=EnqueueSettings(message_id_domain="x.test"))
             engine.dispose()
-            run_until_idle(settings_for(sqlite_url, smtp_server))
+            run_until_idle(settings_for(sqlite_url, smtp_server, MAILOUT_TRACE_STEPS="true"))
             assert provider.force_flush(10_000)
         finally:
             uninstall()

@@ -77,6 +77,8 @@ class Context:
     send_log: SendLog = field(default_factory=lambda: SendLog(log))
     # Reads a message's attachments (database I/O: run in a thread); None: no storage.
     load_attachments: Callable[[int], tuple[Attachment, ...]] | None = None
+    # MAILOUT_TRACE_STEPS: render and transport child spans under an OpenTelemetry SDK.
+    trace_steps: bool = False
 
     @property
     def log_recipients(self) -> LogRecipients:
@@ -466,11 +468,11 @@ async def _attempt(msg: ClaimedMessage, ctx: Context, pause_seconds: float,
         msg = replace(msg, attachments=loaded)
     started = time.monotonic()
     try:
-        with tracing.step("render"):
+        with tracing.step("render", ctx.trace_steps):
             envelope = _render(msg, ctx)
         if on_send is not None:
             on_send()  # from here on, a cancelled attempt's outcome is unknown
-        with tracing.step("transport"):
+        with tracing.step("transport", ctx.trace_steps):
             result = await (resend.transport if resend is not None
                             else ctx.transport).send(envelope)
     except RenderError as exc:

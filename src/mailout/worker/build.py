@@ -102,6 +102,7 @@ def build_worker(
             on_unknown=settings.on_unknown, send_log=send_log,
             queue_policies={q: p.retry for q, p in policies.items()},
             guards=guards, engine=engine, load_attachments=loader,
+            trace_steps=settings.trace_steps,
         ))
         for lane in lanes
     ]
