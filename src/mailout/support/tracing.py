@@ -41,8 +41,9 @@ TRACESTATE_MAX = 512
 # Attempts that did not deliver: the span's status is ERROR, with an event saying why.
 _FAILED = frozenset({Outcome.RETRY, Outcome.FAILED, Outcome.DEAD, Outcome.UNKNOWN,
                      Outcome.PAUSED, Outcome.OUTAGE})
-_NULL: AbstractContextManager[Any] = contextlib.nullcontext(None)
-NOTHING = _NULL  # a span that records nothing, for callers that know there is none
+# Records nothing (shared: nullcontext can be entered again): what every function
+# below returns when nothing is recorded, and callers that know there is nothing use.
+NOTHING: AbstractContextManager[Any] = contextlib.nullcontext(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,9 @@ class _Api:
 
     trace: Any  # the opentelemetry.trace module
     context: Any  # the opentelemetry.context module
-    propagator: Any  # W3C trace context, whatever propagator the application set
+    # W3C trace context, whatever global propagator the application set: the columns
+    # hold W3C's traceparent and tracestate.
+    propagator: Any
     unconfigured: tuple[type, ...]  # provider types that mean "no SDK"
 
 
@@ -112,10 +115,10 @@ def creating(rows: Sequence[Mapping[str, Any]],
     """
     found = tracer()
     if found is None:
-        return _NULL
+        return NOTHING
     assert _api is not None
     if not _api.trace.get_current_span().get_span_context().is_valid:
-        return _NULL
+        return NOTHING
     queues = {row["queue"] for row in rows}
     queue = next(iter(queues)) if len(queues) == 1 else None
     attributes: dict[str, str | int] = {
@@ -194,7 +197,7 @@ def ingesting(traceparent: str, tracestate: str | None, *, event_type: str, prov
     diagnostic text."""
     found = tracer()
     if found is None:
-        return _NULL
+        return NOTHING
     assert _api is not None
     attributes: dict[str, str | int] = {
         "messaging.system": SYSTEM, "messaging.operation.type": "process",
@@ -217,7 +220,7 @@ def sending(msg: ClaimedMessage, transport: str) -> AbstractContextManager[Span 
     recorded; give the span and the attempt's completion to :func:`finished`."""
     found = tracer()
     if found is None:
-        return _NULL
+        return NOTHING
     assert _api is not None
     links = [] if msg.traceparent is None else _link(msg.traceparent, msg.tracestate)
     span = found.start_span(f"send {msg.queue}", kind=_api.trace.SpanKind.CONSUMER, links=links,
@@ -241,10 +244,10 @@ def step(name: str, wanted: bool) -> AbstractContextManager[Any]:
     recorded. Off by default: under an SDK each span costs about a tenth of what the
     worker spends on a message (docs/capacity.md)."""
     if not wanted:
-        return _NULL
+        return NOTHING
     found = tracer()
     if found is None:
-        return _NULL
+        return NOTHING
     return _current(found.start_span(f"mailout.{name}"), None)
 
 
