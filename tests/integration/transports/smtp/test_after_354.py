@@ -7,8 +7,8 @@ a disconnect is an unknown outcome. The transport asks the socket for this
 (transaction.server_spoke_after_354); it used to give the event loop two turns to
 deliver a close, which sees nothing of a 421 that came in the 354's own segment.
 
-A scripted server over real TCP: each case is sent in one write, so that it arrives
-together with the 354.
+A scripted server over real TCP: each case is sent in one write (a close in the same
+segment), so that it arrives together with the 354.
 """
 
 from __future__ import annotations
@@ -59,6 +59,12 @@ class ScriptedServer:
                 elif verb in (b"MAIL", b"RCPT"):
                     conn.sendall(b"250 2.0.0 ok\r\n")
                 elif verb == b"DATA":
+                    if self.close_after:
+                        # The 354 and the FIN in one segment: corked, the 354 waits in
+                        # the send queue and the shutdown tacks the FIN onto it. Sent
+                        # apart, this thread could lose the GIL to the client between
+                        # the two and the close would come after the 354, not with it.
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
                     conn.sendall(b"354 go ahead\r\n" + self.after_data)
                     if self.close_after:
                         conn.shutdown(socket.SHUT_WR)
