@@ -12,9 +12,11 @@ headers, which is how they are linked back to the outbox row; a VERP return path
 (``X-Original-To``, ``Delivered-To``) or in the original's ``Return-Path``, is the
 other way.
 
-Per recipient, ``Action: failed`` with a 5.x.x status is a hard bounce, with 4.x.x a
-soft one (the sender gave up on a temporary problem); ``delayed`` is a deferral;
-``delivered``, ``relayed`` and ``expanded`` are deliveries. An ARF report is a
+Per recipient, ``Action: failed`` is a bounce whose hard or soft verdict
+:func:`mailout.feedback.bounce_rules.classify` gives from the status, the diagnostic
+text and the refused command (a 5.x.x status alone is not enough: a filter's refusal
+is soft); ``delayed`` is a deferral; ``delivered``, ``relayed`` and ``expanded`` are
+deliveries. An ARF report is a
 complaint whose subtype is the feedback type (``not-spam`` reports are skipped).
 
 :func:`parse` raises :class:`ReportError` for anything that is not such a report
