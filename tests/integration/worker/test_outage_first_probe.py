@@ -18,13 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, select, text
 
 from mailout.db import make_engine
 from mailout.db.schema import messages
 from mailout.outbox import EnqueueSettings, enqueue
 from mailout.worker import config
 from mailout.worker.build import build_worker
+from tests.support.locks import wait_for_lock_waiter
 
 BASE = 1.0  # MAILOUT_OUTAGE_PROBE_SECONDS: short, the test waits for the probe
 SETTINGS = EnqueueSettings(message_id_domain="test.example.com")
@@ -79,13 +80,6 @@ def _add(conn: Connection, n: int) -> int:
                    key=f"order-{n}", settings=SETTINGS).id
 
 
-def _claim_waits_on_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        return bool(conn.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database() AND query ILIKE '%skip locked%'")).scalar_one())
-
-
 async def _until(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(predicate):
@@ -120,7 +114,7 @@ def test_a_claim_in_flight_when_the_outage_began_does_not_probe_early(
             await asyncio.to_thread(locker.execute,
                                     text("LOCK TABLE mailout_messages IN EXCLUSIVE MODE"))
             await asyncio.to_thread(_add, locker, 2)
-            await _until(lambda: _claim_waits_on_lock(engine), "a claim behind the lock")
+            await asyncio.to_thread(wait_for_lock_waiter, engine, "%skip locked%", 30)
             down_server.go_down()  # the first send meets 421: the outage begins
             await _until(lambda: outage.is_open, "the outage breaker to open")
             await asyncio.to_thread(locker.commit)  # the claim returns the second message
