@@ -9,7 +9,6 @@ accepts connections, so that a script can send to it on the next line.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,9 @@ from mailout.cli.common import DEV_SINK_PORT
 PID_FILE = "dev-sink.pid"
 LOG_FILE = "dev-sink.log"
 READY_SECONDS = 30.0  # how long --background waits for the child to listen
+# The child prints this once its own socket is bound. --background waits for it in the
+# log rather than for the port to answer: another process already on the port answers too.
+READY_LINE = "dev-sink listening on"
 
 
 @click.command("dev-sink")
@@ -62,7 +64,7 @@ def dev_sink_cmd(port: int, directory: Path, background: bool) -> None:
         sink = DevSink(directory, faults=False, port=port, on_save=saved).start()
     except OSError as exc:
         raise click.ClickException(f"{exc} (is another sink running? try --port)") from None
-    click.echo(f"dev-sink listening on {sink.host}:{sink.port}, writing {directory}/ "
+    click.echo(f"{READY_LINE} {sink.host}:{sink.port}, writing {directory}/ "
                "(Ctrl-C to stop)")
     try:
         while not stop.wait(0.5):
@@ -74,9 +76,11 @@ def dev_sink_cmd(port: int, directory: Path, background: bool) -> None:
 
 
 def _start_in_background(port: int, directory: Path) -> None:
-    """Start the sink as a child process, wait until its port answers, write its pid."""
+    """Start the sink as a child process, wait until it says it listens, write its pid."""
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / LOG_FILE, "ab") as log:
+    log_path = directory / LOG_FILE
+    with open(log_path, "ab") as log:
+        start = log.tell()  # the log is appended to: only this child's lines count
         child = subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments
             [sys.executable, "-m", "mailout", "dev-sink", "--port", str(port),
              "--dir", str(directory)],
@@ -84,10 +88,10 @@ def _start_in_background(port: int, directory: Path) -> None:
             start_new_session=True,  # Ctrl-C in the shell does not stop it: `kill` does
         )
     deadline = time.monotonic() + READY_SECONDS
-    while not _listening(port):
+    while READY_LINE not in _said_since(log_path, start):
         if child.poll() is not None or time.monotonic() > deadline:
             child.kill()
-            said = (directory / LOG_FILE).read_text(errors="replace").strip().splitlines()
+            said = _said_since(log_path, start).strip().splitlines()
             raise click.ClickException("dev-sink did not start: "
                                        + terminal.clean(said[-1] if said else "no output"))
         time.sleep(0.1)
@@ -96,9 +100,7 @@ def _start_in_background(port: int, directory: Path) -> None:
                f"writing {directory}/; stop it with: kill $(cat {directory / PID_FILE})")
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+def _said_since(log_path: Path, offset: int) -> str:
+    with open(log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")

@@ -268,9 +268,12 @@ def test_sigterm_drains_gracefully_and_loses_nothing(
     smtp_server.slow_delay = 0.3
     env = worker_env(db_url, smtp_server, MAILOUT_CONCURRENCY=4)
     proc = spawn_worker(env, log=tmp_path / "w.log")
-    deadline = time.monotonic() + 20
+    # The SIGTERM must land mid-drain: after some sends (a loaded machine may take long to
+    # start the worker) and, at 0.3 s a message on 4 connections, long before the last.
+    deadline = time.monotonic() + 120
     while len(smtp_server.messages) < 8 and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert len(smtp_server.messages) >= 8, (tmp_path / "w.log").read_text()[-2000:]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, (tmp_path / "w.log").read_text()[-2000:]
     stored = rows(engine)
