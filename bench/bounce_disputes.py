@@ -111,8 +111,3 @@ DISPUTED: tuple[Disputed, ...] = (
     Disputed("lhost-postfix-79.eml", "kijitora@mailhub0", "address", "nekko@c.example.co.jp",
              "the Final-Recipient is a local alias expansion with no domain; the "
              "Original-Recipient is the address that was sent to, the outbox row's"),
-    Disputed("lhost-postfix-64.eml", "xxxx@wanadoo.fr", "refused", "",
-             "'Delivery report unavailable': the delivery-status part has no per-recipient "
-             "fields (RFC 3464 2.3 requires one); only the enclosed To:, which any sender "
-             "writes, names anybody, and that is never read"),
-)

@@ -24,6 +24,7 @@ from email.message import Message
 from flufl.bounce._scan import _DETECTORS  # private: see _failures
 
 from mailout.feedback import report_parts as parts
+from mailout.feedback import text_bounces
 from mailout.feedback.bounce_rules import classify
 from mailout.feedback.events import clip, derived_id, payload_text
 from mailout.models import Event, EventType, Provider
@@ -54,11 +55,12 @@ NAMING_LINES = (
 def events(msg: Message, return_path: str | None, own_id: str) -> list[Event]:
     """One event per failed address flufl.bounce finds, or [] when it finds none."""
     temporary, permanent = _failures(msg)
-    if not temporary and not permanent:
-        return []
     text = _own_text(msg)
     message_id = (parts.original_message_id(parts.original_headers(msg))
                   or _message_id_in(text))
+    if not temporary and not permanent:
+        # Prose no detector of Mailman's knows: what the text says about whom.
+        return text_bounces.events(msg, text, return_path, message_id, own_id)
     occurred = parts.date(parts.header(msg, "Date")) or datetime.now(UTC)
     out: list[Event] = []
     for address, failed in [(a, True) for a in sorted(permanent)] + \

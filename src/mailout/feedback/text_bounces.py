@@ -1,0 +1,213 @@
+"""Prose bounces that flufl.bounce's detectors do not know: the failed recipients read
+from what the bounce's own text says about them.
+
+MTAs and providers word their bounces in many ways (qmail, Exim, Postfix without a
+delivery status, Lotus Notes, mobile carriers, filters, webmail services), but they say
+the same things: a sentence that introduces the failed recipients, the addresses, and
+next to each the remote server's reply. This reader looks for exactly that, in the
+bounce's own words only (its text before the returned original):
+
+- an address on a line that states a failure, or within a few lines after a line that
+  introduces failed recipients (:data:`FAILURE`, :data:`INTRODUCES`);
+- never an address of the bounce's own headers (the reporting system, our return path),
+  of the original's sender, a postmaster or mailer-daemon, one in a link, or one on a
+  line that only says whom to contact;
+- when the returned original names its recipients, the named addresses among them are
+  preferred (the others are a help desk, a list, an alias);
+- when the text names no address but states a failure and the returned original has
+  exactly one recipient, that recipient.
+
+The verdict is conservative: the text next to the address goes through
+:func:`mailout.feedback.bounce_rules.classify`, which says hard only for a known
+permanent failure of the mailbox or its domain; anything else is soft, and a warning
+that the MTA keeps trying is a deferral. Reading an address proves nothing by itself:
+ingestion acts only on a report linked to our message (Message-ID or signed return
+path) that names one of that message's recipients (:mod:`mailout.feedback.ingest`).
+"""
+
+from __future__ import annotations
+
+import email
+import re
+from datetime import UTC, datetime
+from email.message import Message
+
+from mailout.feedback import report_parts as parts
+from mailout.feedback.bounce_rules import classify
+from mailout.feedback.events import clip, derived_id, payload_text
+from mailout.models import Event, EventType, Provider
+
+MAX_ADDRESSES = 50  # failed addresses read from one bounce
+LINES_AFTER_INTRO = 6  # lines after "the following recipients failed" that may list them
+_ADDRESS = re.compile(r"[^\s<>()\[\]\"':;,=]+@[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9]")
+_URL = re.compile(r"(?:https?|ftp)://\S+", re.IGNORECASE)
+# A line stating that delivery failed, or carrying the server's refusal.
+FAILURE = re.compile(
+    r"\b[45]\d\d[\s-]|\b[45]\.\d{1,3}\.\d{1,3}\b|unknown|not found|no such|reject|refus|"
+    r"\bfail|error|invalid|undeliver|unable|could ?not|couldn't|can ?not|can't|\bfull\b|"
+    r"quota|denied|blocked|disabled|suspended|(?:does|did) not exist|doesn't exist|"
+    r"expired|timed? ?out|deferred|permanent|fatal|bounced|not (?:be )?delivered|"
+    r"wasn't delivered|returned|giving up|失敗|できません|見つかりません|存在しません|"
+    r"エラー|届きません", re.IGNORECASE)
+# A line announcing the list of failed recipients that follows it.
+INTRODUCES = re.compile(
+    r"following (?:recipients?|address(?:es)?|destinations?|users?)|"
+    r"(?:recipients?|address(?:es)?) (?:had|returned|failed|below)|delivery has failed|"
+    r"failed to (?:deliver|send)|not (?:be )?delivered to|unable to deliver|"
+    r"failure reasons|invalid recipients?|unknown recipients?|送信に失敗|宛先", re.IGNORECASE)
+# Lines that only tell whom to ask for help: their address is nobody's failure.
+CONTACT = re.compile(r"contact|assistance|send (?:e-?)?mail to|write to|questions?|"
+                     r"help ?desk|support|連絡|問い合わせ", re.IGNORECASE)
+# Where a returned original starts inside a text part (single-part bounces).
+_ORIGINAL_STARTS = re.compile(
+    r"^\s*(?:-+\s*)?(?:(?:unsent|returned|original|undelivered) message|below this line|"
+    r"(?:this is |below is )?a copy of (?:the|your)|original message follows|message headers? follow)"
+    r"|^(?:received|return-path|message-id|dkim-signature):", re.IGNORECASE)
+_HEADER_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]")
+_FIRST_HEADERS = frozenset({"from", "to", "subject", "date", "cc", "mime-version"})
+_NOBODY = re.compile(r"^(?:postmaster|mailer-daemon|mail-daemon|mailerdaemon|"
+                     r"double-bounce|abuse|hostmaster|webmaster|root)$", re.IGNORECASE)
+_STILL_TRYING = re.compile(r"will (?:keep|continue) (?:trying|to try)|still trying|"
+                           r"will be retried|not yet been delivered|delivery (?:is )?delayed|"
+                           r"warning: message .*delayed", re.IGNORECASE)
+_RECEIVED_FOR = re.compile(r"\bfor\s+<([^<>\s]+@[^<>\s]+)>", re.IGNORECASE)
+
+
+def events(msg: Message, text: str, return_path: str | None, message_id: str | None,
+           own_id: str) -> list[Event]:
+    """One event per failed recipient the bounce's ``text`` (its own words, already
+    decoded) names, or [] when it names none."""
+    own, rest = split_original(text)
+    original = parts.original_headers(msg)
+    inline = _inline_original(rest) if original is None else None
+    senders = _excluded(msg, original or inline)
+    recipients = _original_recipients(original or inline, rest)
+    lines = [_URL.sub(" ", line) for line in own.splitlines()]
+    named = _named(lines, senders)
+    chosen = [a for a in named if a in recipients] or named
+    fallback = not chosen and len(recipients) == 1 and FAILURE.search(own) is not None
+    if fallback:
+        chosen = list(recipients)
+    if not chosen:
+        return []
+    message_id = message_id or parts.original_message_id(inline)
+    occurred = parts.date(parts.header(msg, "Date")) or datetime.now(UTC)
+    trying = _STILL_TRYING.search(own) is not None
+    out = []
+    for address in chosen[:MAX_ADDRESSES]:
+        said = _failure_lines(lines) if fallback else _statement(lines, address)
+        out.append(_event(address, said, trying, message_id, return_path, own_id, occurred))
+    return out
+
+
+def split_original(text: str) -> tuple[str, str]:
+    """The bounce's own words, and the returned original that follows them in the
+    same text (a line such as "----- Unsent message follows -----", or the original's
+    first header lines), or "" when there is none."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if _ORIGINAL_STARTS.search(line) or _starts_headers(lines, i):
+            return "\n".join(lines[:i]), "\n".join(lines[i:])
+    return text, ""
+
+
+def _starts_headers(lines: list[str], i: int) -> bool:
+    """Three header lines in a row, two of them a message's own (From, To, Subject...):
+    an original's headers, not report fields (``Action: failed``) nor a bounce that
+    quotes the subject and date of the message it returns."""
+    found = [_HEADER_LINE.match(line) for line in lines[i:i + 3]]
+    names = [m.group(1).lower() for m in found if m is not None]
+    return len(names) == 3 and len(set(names) & _FIRST_HEADERS) >= 2
+
+
+def _inline_original(rest: str) -> Message | None:
+    """The headers of an original returned as text after the bounce's words."""
+    body = rest.split("\n", 1)[1] if rest and not _HEADER_LINE.match(rest) else rest
+    body = body.lstrip("\n")
+    if not _HEADER_LINE.match(body):
+        return None
+    head = body.split("\n\n", 1)[0]
+    return email.message_from_string(head + "\n")
+
+
+def _addresses_of(msg: Message | None, *names: str) -> set[str]:
+    found: set[str] = set()
+    if msg is None:
+        return found
+    for name in names:
+        for value in msg.get_all(name) or []:
+            for _, raw in email.utils.getaddresses([parts.clean(str(value))]):
+                address = parts.recipient_address(raw)
+                if address:
+                    found.add(address)
+    return found
+
+
+def _excluded(msg: Message, original: Message | None) -> set[str]:
+    """Addresses that are never a failed recipient: the bounce's own (the reporting
+    system, the return path it went to) and the original's sender."""
+    return (_addresses_of(msg, "From", "To", "Cc", "Reply-To", "Sender", "Return-Path",
+                          "X-Original-To", "Delivered-To")
+            | _addresses_of(original, "From", "Sender", "Return-Path", "Reply-To"))
+
+
+def _original_recipients(original: Message | None, rest: str) -> list[str]:
+    """The recipients the returned original names: To, Cc, or a Received ``for <x>``."""
+    found = sorted(_addresses_of(original, "To", "Cc"))
+    if not found:
+        found = sorted({a for m in _RECEIVED_FOR.finditer(rest)
+                        if (a := parts.recipient_address(m.group(1)))})
+    return found
+
+
+def _named(lines: list[str], excluded: set[str]) -> list[str]:
+    """Addresses the text names as failed, in order (see the module docstring)."""
+    out: list[str] = []
+    since_intro = LINES_AFTER_INTRO + 1
+    for line in lines:
+        if INTRODUCES.search(line):
+            since_intro = 0
+        elif line.strip():
+            since_intro += 1
+        failing = FAILURE.search(line) is not None
+        if CONTACT.search(line) and not failing:
+            continue
+        if not (failing or since_intro <= LINES_AFTER_INTRO):
+            continue
+        for raw in _ADDRESS.findall(line):
+            address = parts.recipient_address(raw.strip("."))
+            if (address and address not in excluded and address not in out
+                    and not _NOBODY.match(address.partition("@")[0])):
+                out.append(address)
+    return out
+
+
+def _statement(lines: list[str], address: str) -> str:
+    """The line naming ``address`` and the two after it: where the reply is."""
+    for i, line in enumerate(lines):
+        if address in line.lower():
+            window = [x.strip() for x in lines[i:i + 3] if x.strip()]
+            return " ".join(window)[:1000]
+    return ""
+
+
+def _failure_lines(lines: list[str]) -> str:
+    """What a bounce that names no address says: its lines stating a failure."""
+    return " ".join(x.strip() for x in lines if FAILURE.search(x))[:1000]
+
+
+def _event(address: str, said: str, trying: bool, message_id: str | None,
+           return_path: str | None, own_id: str, occurred: datetime) -> Event:
+    subtype = reason = None
+    if trying:
+        etype = EventType.DEFERRED
+    else:
+        verdict = classify(None, said)
+        etype, subtype, reason = EventType.BOUNCED, verdict.kind.value, verdict.reason.value
+    return Event(
+        provider=Provider.TEXT_BOUNCE,
+        event_id=derived_id("prose", own_id, address, etype.value),
+        type=etype, subtype=subtype, reason=reason, recipient=address, occurred_at=occurred,
+        message_id=message_id, return_path=return_path, diagnostic=clip(said or None),
+        payload=payload_text({"address": address, "failed": not trying, "context": said}),
+    )
