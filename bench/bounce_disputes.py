@@ -111,3 +111,4 @@ DISPUTED: tuple[Disputed, ...] = (
     Disputed("lhost-postfix-79.eml", "kijitora@mailhub0", "address", "nekko@c.example.co.jp",
              "the Final-Recipient is a local alias expansion with no domain; the "
              "Original-Recipient is the address that was sent to, the outbox row's"),
+)

@@ -19,7 +19,8 @@ parsed as ``mailout bounces ingest`` would, and compared with Sisimai's reading 
   valid addr-specs;
 - non-RFC: messages in no RFC format for which Sisimai finds a recipient; how many
   mailout reads with the right address, and how many of those carry a Message-ID or a
-  return path to link them by.
+  return path to link them by; for the recipients read right, the verdicts that agree
+  and the soft->hard count (:mod:`bench.bounce_links` measures the linking itself).
 
 Each figure is printed as measured against Sisimai, and where Sisimai is judged wrong
 (:data:`bench.bounce_disputes.DISPUTED`, a case and a reason each, read by hand from the
@@ -85,6 +86,10 @@ class Score:
     non_rfc_with_address: int = 0
     non_rfc_read: int = 0
     non_rfc_linkable: int = 0
+    non_rfc_verdicts_judged: int = 0  # of the recipients read right
+    non_rfc_verdicts_right: int = 0
+    non_rfc_oracle_soft: int = 0
+    non_rfc_soft_to_hard: int = 0
     mailman_expected: int = 0
     mailman_found: int = 0
     # Disagreements listed in bench.bounce_disputes, counted for mailout.
@@ -222,6 +227,9 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
         if expected:
             s.non_rfc_with_address += 1
             hits = [ours[a] for a in expected if a in ours]
+            for address in expected:
+                if address in ours:
+                    _score_non_rfc_verdict(s, sample, expected[address], ours[address])
             if hits:
                 s.non_rfc_read += 1
                 s.non_rfc_linkable += any(e.message_id or e.return_path for e in hits)
@@ -267,6 +275,20 @@ def _score_sample(s: Score, sample: Sample, events: list[Any], refusal: str) -> 
         if address and address not in expected and not _ADDR_SPEC.fullmatch(address):
             s.junk_addresses += 1
             s.notes.append(f"{sample.name}: junk address {address!r}")
+
+
+def _score_non_rfc_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> None:
+    mine = verdict_of(event)
+    if exp.verdict == VERDICT_NONE and mine == VERDICT_NONE:
+        return
+    s.non_rfc_verdicts_judged += 1
+    s.non_rfc_verdicts_right += mine == exp.verdict
+    if exp.verdict == VERDICT_SOFT:
+        s.non_rfc_oracle_soft += 1
+        s.non_rfc_soft_to_hard += mine == VERDICT_HARD
+    if mine != exp.verdict:
+        s.notes.append(f"{sample.name} (non-RFC): {exp.address} verdict {mine}, oracle "
+                       f"{exp.verdict} ({exp.reason}); ours: {event.diagnostic!r}")
 
 
 def _score_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> None:
@@ -338,6 +360,8 @@ def report(name: str, s: Score) -> str:
         f"  non-RFC    {s.non_rfc_with_address} with a recipient: "
         f"{s.non_rfc_read} read with the right address, {s.non_rfc_linkable} of them "
         "with a Message-ID or return path",
+        f"    of those, verdicts {s.share(s.non_rfc_verdicts_right, s.non_rfc_verdicts_judged)}"
+        f" agree; soft->hard {s.share(s.non_rfc_soft_to_hard, s.non_rfc_oracle_soft)}",
     ]
     if s.mailman_expected:
         lines.append(f"  Mailman's expected addresses found: "

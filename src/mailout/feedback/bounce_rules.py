@@ -12,7 +12,8 @@ full'``), and the diagnostic text. They often disagree. The most specific wins:
    ``x.0.0``; else on the ``Status``.
 3. else :attr:`Reason.UNKNOWN`.
 
-Then two facts about where the refusal came from can only make it softer: an unknown
+Then facts about where the refusal came from can only make it softer: a refusal of
+``MAIL FROM`` (:data:`SENDER_COMMANDS`) is about our sender, whatever it says; an unknown
 mailbox that the server claimed only after it had accepted the recipient (in reply to
 ``DATA``, :data:`FILTERED_AFTER`) is its content filter speaking, and so is a carrier's
 "User unknown" that names no address (:data:`FILTERING_HOSTS`).
@@ -180,6 +181,10 @@ _NAMES_AN_ADDRESS = re.compile(r"[^\s<>()]@[A-Za-z0-9]")
 # filters answer so, to hide that they exist); the mailbox may well exist. Soft, and
 # the soft-bounce limit still suppresses an address that keeps failing.
 FILTERED_AFTER = frozenset({"DATA"})
+# SMTP commands whose refusal is about our envelope sender (or the server sending it),
+# never the recipient: whatever the reply says ("550 Unroutable sender address",
+# "553 ... does not exist"), it suppresses nobody and alerts the operator.
+SENDER_COMMANDS = frozenset({"MAIL"})
 
 # (reason of the text, subject.detail of a code): pairs that state the same thing in
 # two ways, so the code is no contradicting statement, and the reason they add up to.
@@ -316,6 +321,8 @@ def classify(status: str | None, diagnostic: str | None,
     stated = {reason_for_code(c) for c in stated_codes if c not in agreeing}
     if stated & SENDER_SIDE_REASONS:
         reason = next(iter(stated & SENDER_SIDE_REASONS))
+    if (command or "").upper() in SENDER_COMMANDS:
+        reason = Reason.SENDER_REJECTED
     permanent = code.startswith("5") if code else _reply_class(diagnostic) != "4"
     agreed = not (stated - HARD_REASONS - {Reason.UNKNOWN})
     hard = reason in HARD_REASONS and permanent and agreed

@@ -17,7 +17,8 @@ bounce's own words only (its text before the returned original):
 - when the text names no address but states a failure and the returned original has
   exactly one recipient, that recipient.
 
-The verdict is conservative: the text next to the address goes through
+:mod:`mailout.feedback.plain_bounces` makes the events. The verdict is conservative:
+the text next to the address goes through
 :func:`mailout.feedback.bounce_rules.classify`, which says hard only for a known
 permanent failure of the mailbox or its domain; anything else is soft, and a warning
 that the MTA keeps trying is a deferral. Reading an address proves nothing by itself:
@@ -28,14 +29,12 @@ path) that names one of that message's recipients (:mod:`mailout.feedback.ingest
 from __future__ import annotations
 
 import email
+import email.utils
 import re
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from email.message import Message
 
 from mailout.feedback import report_parts as parts
-from mailout.feedback.bounce_rules import classify
-from mailout.feedback.events import clip, derived_id, payload_text
-from mailout.models import Event, EventType, Provider
 
 MAX_ADDRESSES = 50  # failed addresses read from one bounce
 LINES_AFTER_INTRO = 6  # lines after "the following recipients failed" that may list them
@@ -61,7 +60,8 @@ CONTACT = re.compile(r"contact|assistance|send (?:e-?)?mail to|write to|question
 # Where a returned original starts inside a text part (single-part bounces).
 _ORIGINAL_STARTS = re.compile(
     r"^\s*(?:-+\s*)?(?:(?:unsent|returned|original|undelivered) message|below this line|"
-    r"(?:this is |below is )?a copy of (?:the|your)|original message follows|message headers? follow)"
+    r"(?:this is |below is )?a copy of (?:the|your)|original message follows|"
+    r"message headers? follow)"
     r"|^(?:received|return-path|message-id|dkim-signature):", re.IGNORECASE)
 _HEADER_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]")
 _FIRST_HEADERS = frozenset({"from", "to", "subject", "date", "cc", "mime-version"})
@@ -70,13 +70,25 @@ _NOBODY = re.compile(r"^(?:postmaster|mailer-daemon|mail-daemon|mailerdaemon|"
 _STILL_TRYING = re.compile(r"will (?:keep|continue) (?:trying|to try)|still trying|"
                            r"will be retried|not yet been delivered|delivery (?:is )?delayed|"
                            r"warning: message .*delayed", re.IGNORECASE)
+# A delivery status pasted into the text, or a summary's envelope recipient
+# ("RCPT TO: x@y" under "Message details"): the report's own statement of the recipient.
+_RECIPIENT_FIELD = re.compile(r"^\s*(?:(?:final|original)-recipient:\s*rfc822;|rcpt to:)"
+                              r"\s*<?([^\s<>]+)", re.IGNORECASE)
 _RECEIVED_FOR = re.compile(r"\bfor\s+<([^<>\s]+@[^<>\s]+)>", re.IGNORECASE)
 
 
-def events(msg: Message, text: str, return_path: str | None, message_id: str | None,
-           own_id: str) -> list[Event]:
-    """One event per failed recipient the bounce's ``text`` (its own words, already
-    decoded) names, or [] when it names none."""
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """One recipient the text names as failed, and what it says about it."""
+
+    address: str
+    said: str  # the lines naming it (or, for the original's recipient, the failure lines)
+    trying: bool  # the MTA says it keeps trying: a deferral, not a bounce
+
+
+def failed_recipients(msg: Message, text: str) -> list[Failed]:
+    """The recipients the bounce's ``text`` (its own words, already decoded) names as
+    failed, or [] when it names none."""
     own, rest = split_original(text)
     original = parts.original_headers(msg)
     inline = _inline_original(rest) if original is None else None
@@ -88,16 +100,9 @@ def events(msg: Message, text: str, return_path: str | None, message_id: str | N
     fallback = not chosen and len(recipients) == 1 and FAILURE.search(own) is not None
     if fallback:
         chosen = list(recipients)
-    if not chosen:
-        return []
-    message_id = message_id or parts.original_message_id(inline)
-    occurred = parts.date(parts.header(msg, "Date")) or datetime.now(UTC)
     trying = _STILL_TRYING.search(own) is not None
-    out = []
-    for address in chosen[:MAX_ADDRESSES]:
-        said = _failure_lines(lines) if fallback else _statement(lines, address)
-        out.append(_event(address, said, trying, message_id, return_path, own_id, occurred))
-    return out
+    return [Failed(a, _failure_lines(lines) if fallback else _statement(lines, a), trying)
+            for a in chosen[:MAX_ADDRESSES]]
 
 
 def split_original(text: str) -> tuple[str, str]:
@@ -164,29 +169,56 @@ def _named(lines: list[str], excluded: set[str]) -> list[str]:
     """Addresses the text names as failed, in order (see the module docstring)."""
     out: list[str] = []
     since_intro = LINES_AFTER_INTRO + 1
-    for line in lines:
+    for i, line in enumerate(lines):
         if INTRODUCES.search(line):
             since_intro = 0
         elif line.strip():
             since_intro += 1
-        failing = FAILURE.search(line) is not None
-        if CONTACT.search(line) and not failing:
+        field = _RECIPIENT_FIELD.match(line)
+        if field:
+            address = parts.recipient_address(field.group(1))
+            if address and address not in out and not _nobody(address):
+                out.append(address)
+            continue
+        # The reply often continues on the next line: "<x@y>: host mx said:" / "550 ...".
+        failing = FAILURE.search(line) is not None or any(
+            FAILURE.search(x) is not None and not _ADDRESS.search(x)
+            for x in _neighbours(lines, i))
+        if CONTACT.search(line) and not FAILURE.search(line):
             continue
         if not (failing or since_intro <= LINES_AFTER_INTRO):
             continue
         for raw in _ADDRESS.findall(line):
             address = parts.recipient_address(raw.strip("."))
-            if (address and address not in excluded and address not in out
-                    and not _NOBODY.match(address.partition("@")[0])):
+            if address and address not in excluded and address not in out \
+                    and not _nobody(address):
                 out.append(address)
     return out
 
 
+def _neighbours(lines: list[str], i: int) -> list[str]:
+    """The nearest non-blank line before line ``i`` and the line after it: where a
+    bounce puts the reason for the address it lists ("The account is disabled." /
+    "<x@y>:" / "550 ...")."""
+    before = next((x for x in reversed(lines[max(0, i - 3):i]) if x.strip()), "")
+    return [before, lines[i + 1] if i + 1 < len(lines) else ""]
+
+
+def _nobody(address: str) -> bool:
+    return _NOBODY.match(address.partition("@")[0]) is not None
+
+
 def _statement(lines: list[str], address: str) -> str:
-    """The line naming ``address`` and the two after it: where the reply is."""
+    """The line naming ``address`` and up to two after it (where the reply is), up to
+    a blank line or a line naming another address."""
     for i, line in enumerate(lines):
         if address in line.lower():
-            window = [x.strip() for x in lines[i:i + 3] if x.strip()]
+            window = [line.strip()]
+            for after in lines[i + 1:i + 3]:
+                others = {a.lower() for a in _ADDRESS.findall(after)} - {address}
+                if not after.strip() or others:
+                    break
+                window.append(after.strip())
             return " ".join(window)[:1000]
     return ""
 
@@ -194,20 +226,3 @@ def _statement(lines: list[str], address: str) -> str:
 def _failure_lines(lines: list[str]) -> str:
     """What a bounce that names no address says: its lines stating a failure."""
     return " ".join(x.strip() for x in lines if FAILURE.search(x))[:1000]
-
-
-def _event(address: str, said: str, trying: bool, message_id: str | None,
-           return_path: str | None, own_id: str, occurred: datetime) -> Event:
-    subtype = reason = None
-    if trying:
-        etype = EventType.DEFERRED
-    else:
-        verdict = classify(None, said)
-        etype, subtype, reason = EventType.BOUNCED, verdict.kind.value, verdict.reason.value
-    return Event(
-        provider=Provider.TEXT_BOUNCE,
-        event_id=derived_id("prose", own_id, address, etype.value),
-        type=etype, subtype=subtype, reason=reason, recipient=address, occurred_at=occurred,
-        message_id=message_id, return_path=return_path, diagnostic=clip(said or None),
-        payload=payload_text({"address": address, "failed": not trying, "context": said}),
-    )
