@@ -192,7 +192,8 @@ def _name_the_unnamed(events: list[Event], msg: Message, text: str) -> list[Even
     named = {e.recipient for e in events}
     found = plain_bounces.named_recipients(text) - named
     if len(found) != 1:
-        found = {e.recipient for e in plain_bounces.events(msg, None, "")} - named
+        found = {e.recipient for e in plain_bounces.events(
+            msg, None, "", original_recipient=False)} - named
     if len(found) != 1:
         return events
     i = unnamed[0]

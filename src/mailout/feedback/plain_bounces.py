@@ -59,8 +59,11 @@ NAMING_LINES = (
 )
 
 
-def events(msg: Message, return_path: str | None, own_id: str) -> list[Event]:
-    """One event per failed address flufl.bounce finds, or [] when it finds none."""
+def events(msg: Message, return_path: str | None, own_id: str,
+           original_recipient: bool = True) -> list[Event]:
+    """One event per failed address flufl.bounce finds, else per one the text names
+    (:mod:`mailout.feedback.text_bounces`), or []. ``original_recipient``: whether a
+    text that names nobody may stand for the returned original's one recipient."""
     temporary, permanent = _failures(msg)
     text = _own_text(msg)
     message_id = (parts.original_message_id(parts.original_headers(msg))
@@ -70,7 +73,7 @@ def events(msg: Message, return_path: str | None, own_id: str) -> list[Event]:
         # Prose no detector of Mailman's knows: what the text says about whom.
         return [_event(f.address, not f.trying, f.said, message_id, return_path, own_id,
                        occurred, smtp_command(text, f.address))
-                for f in text_bounces.failed_recipients(msg, text)]
+                for f in text_bounces.failed_recipients(msg, text, original_recipient)]
     out: list[Event] = []
     for address, failed in [(a, True) for a in sorted(permanent)] + \
             [(a, False) for a in sorted(temporary - permanent)]:

@@ -86,9 +86,12 @@ class Failed:
     trying: bool  # the MTA says it keeps trying: a deferral, not a bounce
 
 
-def failed_recipients(msg: Message, text: str) -> list[Failed]:
+def failed_recipients(msg: Message, text: str, original_recipient: bool = True
+                      ) -> list[Failed]:
     """The recipients the bounce's ``text`` (its own words, already decoded) names as
-    failed, or [] when it names none."""
+    failed, or [] when it names none. ``original_recipient``: whether a text that
+    states a failure but names nobody stands for the returned original's only
+    recipient (not where a delivery status named a recipient that is no address)."""
     own, rest = split_original(text)
     original = parts.original_headers(msg)
     inline = _inline_original(rest) if original is None else None
@@ -97,7 +100,8 @@ def failed_recipients(msg: Message, text: str) -> list[Failed]:
     lines = [_URL.sub(" ", line) for line in own.splitlines()]
     named = _named(lines, senders)
     chosen = [a for a in named if a in recipients] or named
-    fallback = not chosen and len(recipients) == 1 and FAILURE.search(own) is not None
+    fallback = (original_recipient and not chosen and len(recipients) == 1
+                and FAILURE.search(own) is not None)
     if fallback:
         chosen = list(recipients)
     trying = _STILL_TRYING.search(own) is not None
