@@ -69,7 +69,8 @@ for my $path (@ARGV) {
     my $data = eval { Sisimai->make($path, 'delivered' => 1, 'vacation' => 1) } || [];
     my @rows = map { { address => $_->recipient->address, reason => $_->reason,
         softbounce => $_->softbounce, status => $_->deliverystatus, action => $_->action,
-        feedbacktype => $_->feedbacktype, agent => $_->smtpagent } } @$data;
+        feedbacktype => $_->feedbacktype, agent => $_->smtpagent,
+        messageid => $_->messageid, addresser => $_->addresser->address } } @$data;
     print $json->encode({ file => $path, rows => \@rows }), "\n";
 }
 """
@@ -87,6 +88,8 @@ class Expected:
     verdict: str  # VERDICT_*
     reason: str  # Sisimai's reason: userunknown, mailboxfull, blocked, feedback...
     status: str | None  # the enhanced status code, None when Sisimai made one up
+    message_id: str | None = None  # the returned original's Message-ID, bare, if found
+    sender: str | None = None  # the original's sender (Sisimai's addresser), lower case
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,9 @@ def _expected(row: dict[str, object]) -> Expected:
     # Sisimai writes x.0.9yz for a status it inferred from text: not a code anyone sent.
     real = status if status and not _SISIMAI_PSEUDO_STATUS.fullmatch(status) else None
     return Expected(address=str(row.get("address") or "").lower(), verdict=verdict,
-                    reason=reason, status=real)
+                    reason=reason, status=real,
+                    message_id=str(row.get("messageid") or "").strip("<> ") or None,
+                    sender=str(row.get("addresser") or "").lower() or None)
 
 
 def load(name_or_dir: str) -> list[Sample]:

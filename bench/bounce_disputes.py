@@ -95,6 +95,35 @@ DISPUTED: tuple[Disputed, ...] = (
     Disputed("rhost-messagelabs-03.eml", "kijitora@example.com", "verdict", "soft",
              "'542 kijitora@example.com Rejected' with Status 5.0.0: nothing says the "
              "mailbox does not exist"),
+    # Plain-text (non-RFC) bounces, mailout hard, Sisimai soft: the bounce's own words
+    # say the mailbox does not exist, and nothing names a filter, DATA or a policy.
+    Disputed("lhost-x1-01.eml", "kijitora@example.co.jp", "verdict", "hard",
+             "'The following addresses had delivery errors' / 'kijitora@example.co.jp "
+             "[User unknown]': nothing else is said (Sisimai's X1 module says filtered)"),
+    Disputed("lhost-x1-02.eml", "kijitora@example.org", "verdict", "hard",
+             "the same wording as lhost-x1-01: '[User unknown]' next to the address"),
+    Disputed("lhost-x1-03.eml", "kijitora@example.org", "verdict", "hard",
+             "the same wording as lhost-x1-01: '[User unknown]' next to the address"),
+    Disputed("lhost-x2-01.eml", "kijitora@example.co.jp", "verdict", "hard",
+             "'This user doesn't have a example.co.jp account': the account does not exist"),
+    Disputed("lhost-x2-02.eml", "kijitora@example.com", "verdict", "hard",
+             "'This user doesn't have a example.com account', as in lhost-x2-01"),
+    Disputed("lhost-x2-02.eml", "sabineko@example.com", "verdict", "hard",
+             "'This user doesn't have a example.com account', as in lhost-x2-01"),
+    Disputed("lhost-mxlogic-03.eml", "kijitora@example.co.jp", "verdict", "hard",
+             "'<kijitora@example.co.jp>: 550 unknown user <kijitora@example.co.jp>' names the "
+             "address; no filter or stage is named"),
+    Disputed("lhost-postfix-07.eml", "kijitora@user.example.or.jp", "verdict", "hard",
+             "'host mx.user.example.or.jp said: 550 <kijitora@user.example.or.jp>: User "
+             "unknown'; nothing names a filter or the DATA stage"),
+    Disputed("lhost-mailfoundry-01.eml", "kijitora@example.org", "verdict", "hard",
+             "'failed with: 550 <kijitora@example.org> No such user here'"),
+    Disputed("lhost-zoho-03.eml", "shironeko@example.org", "verdict", "hard",
+             "'Invalid Address, ERROR_CODE :550, ... mailbox unavailable': the address is "
+             "named invalid with a permanent reply"),
+    Disputed("lhost-exchange2003-04.eml", "kijitora@example.com", "verdict", "hard",
+             "Exchange's 'Recipient Not Found' under 'Your message did not reach some or all "
+             "of the intended recipients'"),
     # Addresses.
     Disputed("arf-12.eml", "undisclosed-recipient-in-headers@libsisimai.org.invalid",
              "address", "user@example.com",
@@ -111,4 +140,32 @@ DISPUTED: tuple[Disputed, ...] = (
     Disputed("lhost-postfix-79.eml", "kijitora@mailhub0", "address", "nekko@c.example.co.jp",
              "the Final-Recipient is a local alias expansion with no domain; the "
              "Original-Recipient is the address that was sent to, the outbox row's"),
+)
+
+
+@dataclass(frozen=True)
+class Unlinked:
+    """A non-RFC bounce that cannot link back by one of the two ways, and why."""
+
+    file: str
+    kind: str  # "message-id" or "verp"
+    why: str
+
+
+_SES_JSON = ("an Amazon SES notification (JSON) forwarded as mail: it names the message by "
+             "SES's own id (mail.messageId, no '@'), not by a Message-ID header; mailout "
+             "links SES's id through the ses:// webhook (provider message id), not from mail")
+_NO_ENVELOPE = ("the saved copy has no To:, Delivered-To, X-Original-To or Envelope-To "
+                "header (an mbox excerpt without its envelope); it links by the original's "
+                "Message-ID instead")
+
+UNLINKED: tuple[Unlinked, ...] = (
+    Unlinked("lhost-amazonses-09.eml", "message-id", _SES_JSON),
+    Unlinked("lhost-amazonses-10.eml", "message-id", _SES_JSON),
+    Unlinked("lhost-office365-02.eml", "verp", _NO_ENVELOPE),
+    Unlinked("rhost-franceptt-03.eml", "verp", _NO_ENVELOPE),
+    Unlinked("lhost-sendmail-14.eml", "message-id",
+             "a person forwarded the bounce as quoted text ('> '): the first quoted "
+             "Message-Id is the bounce's own, the original's comes later; quoted text is "
+             "not read as headers (and to our signed return path the forward would not come)"),
 )

@@ -90,6 +90,8 @@ class Score:
     non_rfc_verdicts_right: int = 0
     non_rfc_oracle_soft: int = 0
     non_rfc_soft_to_hard: int = 0
+    non_rfc_verdicts_disputed: int = 0
+    non_rfc_soft_to_hard_disputed: int = 0
     mailman_expected: int = 0
     mailman_found: int = 0
     # Disagreements listed in bench.bounce_disputes, counted for mailout.
@@ -283,12 +285,19 @@ def _score_non_rfc_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> No
         return
     s.non_rfc_verdicts_judged += 1
     s.non_rfc_verdicts_right += mine == exp.verdict
+    disputed = _dispute(sample.name, exp.address, "verdict", mine) \
+        if mine != exp.verdict else None
+    if disputed is not None:
+        s.non_rfc_verdicts_disputed += 1
+        _use(s, disputed)
     if exp.verdict == VERDICT_SOFT:
         s.non_rfc_oracle_soft += 1
         s.non_rfc_soft_to_hard += mine == VERDICT_HARD
+        s.non_rfc_soft_to_hard_disputed += mine == VERDICT_HARD and disputed is not None
     if mine != exp.verdict:
         s.notes.append(f"{sample.name} (non-RFC): {exp.address} verdict {mine}, oracle "
-                       f"{exp.verdict} ({exp.reason}); ours: {event.diagnostic!r}")
+                       f"{exp.verdict} ({exp.reason}); ours: {event.diagnostic!r}"
+                       + (" [disputed]" if disputed else ""))
 
 
 def _score_verdict(s: Score, sample: Sample, exp: Any, event: Any) -> None:
@@ -330,6 +339,10 @@ def stale_disputes(s: Score, files: set[str]) -> list[str]:
 def _with_disputes(s: Score) -> list[str]:
     if not s.disputes_used:
         return []
+    non_rfc_verdicts = s.share(s.non_rfc_verdicts_right + s.non_rfc_verdicts_disputed,
+                               s.non_rfc_verdicts_judged)
+    non_rfc_soft_to_hard = s.share(s.non_rfc_soft_to_hard - s.non_rfc_soft_to_hard_disputed,
+                                   s.non_rfc_oracle_soft)
     return [
         f"  with the {len(s.disputes_used)} disagreements where Sisimai is judged wrong "
         "(bench/bounce_disputes.py) counted for mailout:",
@@ -338,6 +351,7 @@ def _with_disputes(s: Score) -> list[str]:
         f"    verdicts   {s.share(s.verdicts_right + s.verdicts_disputed, s.verdicts_judged)}"
         " agree",
         f"    soft->hard {s.share(s.soft_to_hard - s.soft_to_hard_disputed, s.oracle_soft)}",
+        f"    non-RFC verdicts {non_rfc_verdicts} agree; soft->hard {non_rfc_soft_to_hard}",
     ]
 
 

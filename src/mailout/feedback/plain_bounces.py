@@ -67,7 +67,7 @@ def events(msg: Message, return_path: str | None, own_id: str,
     temporary, permanent = _failures(msg)
     text = _own_text(msg)
     message_id = (parts.original_message_id(parts.original_headers(msg))
-                  or _message_id_in(text))
+                  or _message_id_in(text) or _part_message_id(msg))
     occurred = parts.date(parts.header(msg, "Date")) or datetime.now(UTC)
     if not temporary and not permanent:
         # Prose no detector of Mailman's knows: what the text says about whom.
@@ -143,6 +143,17 @@ def _own_text(msg: Message) -> str:
 def _message_id_in(text: str) -> str | None:
     match = _MESSAGE_ID_LINE.search(text)
     return parts.clean_message_id(match.group(1)) if match else None
+
+
+def _part_message_id(msg: Message) -> str | None:
+    """The Message-ID of a part whose headers are the returned original's: a text part
+    that starts with the original's header lines, which the MIME parser took for the
+    part's own."""
+    for part in parts.walk(msg):
+        if part is not msg and (found := parts.clean_message_id(parts.header(part,
+                                                                              "Message-ID"))):
+            return found
+    return None
 
 
 def own_text(msg: Message) -> str:

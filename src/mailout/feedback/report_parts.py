@@ -171,7 +171,12 @@ def original_headers(msg: Message) -> Message | None:
             continue
         payload = part.get_payload()
         if isinstance(payload, list) and payload and isinstance(payload[0], Message):
-            return payload[0]
+            inner = payload[0]
+            body = inner.get_payload()
+            if not inner.keys() and isinstance(body, str) and body.strip():
+                # A blank line before the headers: they were read as the body.
+                return email.message_from_string(body.lstrip())
+            return inner
         raw = part.get_payload(decode=True)
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(payload)
         return email.message_from_string(text.lstrip())

@@ -38,7 +38,7 @@ from mailout.feedback import report_parts as parts
 
 MAX_ADDRESSES = 50  # failed addresses read from one bounce
 LINES_AFTER_INTRO = 6  # lines after "the following recipients failed" that may list them
-_ADDRESS = re.compile(r"[^\s<>()\[\]\"':;,=]+@[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9]")
+_ADDRESS = re.compile(r"[^\s<>()\[\]{}\"':;,=/]+@[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9]")
 _URL = re.compile(r"(?:https?|ftp)://\S+", re.IGNORECASE)
 # A line stating that delivery failed, or carrying the server's refusal.
 FAILURE = re.compile(
