@@ -97,7 +97,7 @@ TEXT_RULES: tuple[tuple[Reason, re.Pattern[str]], ...] = (
         r"sending (?:limit|quota)", r"connection limit", r"try again later, closing")),
     (Reason.SPAM_BLOCK, _rx(
         r"black ?list", r"block ?list", r"\b(?:dns)?[rb]bl\b", r"spamhaus", r"spamcop",
-        r"sorbs", r"barracuda", r"blocked using", r"listed (?:at|on|in|by)\b",
+        r"sorbs", r"barracuda", r"blocked using", r"(?<!not )listed (?:at|on|in|by)\b",
         r"reputation", r"reverse dns", r"\bptr\b", r"\brdns\b", r"ip address .*block",
         r"your ip", r"client host .*(?:blocked|rejected)", r"\bhelo\b",
         r"banned", r"blocked by", r"(?:connection|host|ip) (?:is )?(?:refused|blocked|denied)"

@@ -274,10 +274,11 @@ def _event(address: str, failed: bool, context: str, message_id: str | None,
            command: str | None) -> Event:
     reason = subtype = None
     if failed:
-        # The reply is what follows the address's own mention: a carrier's filter
-        # answers "550 : User unknown", naming nobody (bounce_rules.FILTERING_HOSTS).
+        # Judged without the address's own mention (the list entry), so that a reply
+        # naming nobody shows: a carrier's filter answers "550 : User unknown"
+        # (bounce_rules.FILTERING_HOSTS).
         at = context.lower().find(address)
-        reply = context[at + len(address):] if at >= 0 else context
+        reply = context[:at] + " " + context[at + len(address):] if at >= 0 else context
         exim = _EXIM_AFTER.search(context)
         if command is None and exim:
             command = _EXIM_COMMANDS[exim.group(1).lower()]

@@ -214,17 +214,24 @@ def _nobody(address: str) -> bool:
 
 def _statement(lines: list[str], address: str) -> str:
     """The line naming ``address`` and up to two after it (where the reply is), up to
-    a blank line or a line naming another address."""
+    a blank line or a line naming another address; when they state no failure, the
+    line before it too (a reason written above a list of addresses)."""
     for i, line in enumerate(lines):
         if address in line.lower():
             window = [line.strip()]
             for after in lines[i + 1:i + 3]:
-                others = {a.lower() for a in _ADDRESS.findall(after)} - {address}
-                if not after.strip() or others:
+                if not after.strip() or _names_another(after, address):
                     break
                 window.append(after.strip())
-            return " ".join(window)[:1000]
+            before = _neighbours(lines, i)[0]
+            if not FAILURE.search(" ".join(window)) and not _names_another(before, address):
+                window.insert(0, before.strip())
+            return " ".join(w for w in window if w)[:1000]
     return ""
+
+
+def _names_another(line: str, address: str) -> bool:
+    return bool({a.lower() for a in _ADDRESS.findall(line)} - {address})
 
 
 def _failure_lines(lines: list[str]) -> str:

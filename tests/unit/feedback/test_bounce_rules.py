@@ -31,6 +31,8 @@ CASES = [
      Reason.MAILBOX_UNKNOWN),
     # Soft whatever the class digit: policy, rate, reputation, content, virus, DMARC.
     ("5.0.0", "smtp; 550 Too many recipients", SOFT, Reason.RATE_LIMITED),
+    # Lotus Notes: "not listed in" the directory is no blacklist listing.
+    (None, "User not listed in the directory of this server", HARD, Reason.MAILBOX_UNKNOWN),
     ("5.0.0", "smtp; 550 Ip frequency limited", SOFT, Reason.RATE_LIMITED),
     ("5.0.0", "smtp; 550 5.7.26 DMARC check failed", SOFT, Reason.DMARC),
     ("5.0.0", "smtp; 554 Virus Detected", SOFT, Reason.VIRUS),
