@@ -7,8 +7,10 @@ nobody here wrote. Skipped, with the reason, when PyPI or Sisimai is not there.
 ``python -m bench.bounces`` prints the same figures, also for other corpora.
 
 Sisimai's set-of-emails is not on PyPI: with ``MAILOUT_SET_OF_EMAILS`` naming a checkout's
-``maildir/bsd``, its figures are held to issue 32's targets too, and the list of cases
-where Sisimai is judged wrong (bench/bounce_disputes.py) to what still arises.
+``maildir/bsd``, its figures are held to issue 32's targets too (bench.bounces, and
+bench.bounce_links for the linking of plain-text bounces), and the lists of cases where
+Sisimai is judged wrong or a bounce cannot link (bench/bounce_disputes.py) to what still
+arises.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from bench.bounce_corpus import CorpusUnavailable, load
-from bench.bounce_disputes import DISPUTED
+from bench.bounce_corpus import CorpusUnavailable, Sample, load
+from bench.bounce_disputes import DISPUTED, UNLINKED
+from bench.bounce_links import Links, measure, to_return_path
 from bench.bounces import Score, score, split_mbox
 
 
@@ -53,25 +56,55 @@ def test_plain_text_bounces_give_the_addresses_mailman_expects(flufl: Score) -> 
 
 
 @pytest.fixture(scope="module")
-def set_of_emails() -> Score:
+def set_of_emails_samples() -> list[Sample]:
     directory = os.environ.get("MAILOUT_SET_OF_EMAILS")
     if not directory:
         pytest.skip("MAILOUT_SET_OF_EMAILS (a set-of-emails maildir/bsd checkout) is not set")
     try:
-        samples = load(directory)
+        return load(directory)
     except CorpusUnavailable as exc:
         pytest.skip(f"bounce corpus unavailable: {exc}")
-    return score(samples, verbose=True)
+
+
+@pytest.fixture(scope="module")
+def set_of_emails(set_of_emails_samples: list[Sample]) -> Score:
+    return score(set_of_emails_samples, verbose=True)
+
+
+@pytest.fixture(scope="module")
+def set_of_emails_links(set_of_emails_samples: list[Sample]) -> Links:
+    return measure(set_of_emails_samples)
 
 
 def test_set_of_emails_meets_the_targets(set_of_emails: Score) -> None:
     s = set_of_emails
     assert s.crashed == 0, s.notes
-    assert s.refused == s.refused_disputed, s.notes
+    assert s.parsed == s.rfc_format, s.notes  # every RFC-format message, none refused
+    assert s.refused == 0, s.notes
     assert s.verdicts_right / s.verdicts_judged >= 0.95, s.notes  # against Sisimai itself
     assert (s.addresses_right + s.addresses_disputed) / s.recipients >= 0.99, s.notes
     assert (s.soft_to_hard - s.soft_to_hard_disputed) / s.oracle_soft <= 0.01, s.notes
     assert s.junk_addresses == 0
+
+
+def test_set_of_emails_prose_bounces_are_read_and_never_harder_than_they_say(
+        set_of_emails: Score) -> None:
+    s = set_of_emails
+    # 244 with a recipient, of which 21 are no bounce or name another address (auto-
+    # replies, delivery notices, complaints in JSON, mailing-list errors, forwards).
+    assert s.non_rfc_read / s.non_rfc_with_address >= 0.9, s.notes
+    assert s.non_rfc_soft_to_hard == s.non_rfc_soft_to_hard_disputed, s.notes
+
+
+def test_set_of_emails_prose_bounces_link_back(set_of_emails_links: Links) -> None:
+    links = set_of_emails_links
+    assert links.recoverable >= 220
+    # Every miss is one listed as unlinkable with its reason (UNLINKED), and every
+    # listed one still misses.
+    assert len(links.misses) == links.unlinked_listed, links.misses
+    assert links.stale == []
+    assert links.verp_linked / links.verp_linkable >= 0.99
+    assert links.mid_linked / links.mid_linkable >= 0.98
 
 
 def test_every_dispute_with_sisimai_still_arises(set_of_emails: Score) -> None:
@@ -82,6 +115,16 @@ def test_every_dispute_says_why() -> None:
     assert all(d.kind in ("verdict", "address", "refused") and len(d.why) > 20
                for d in DISPUTED)
     assert len({(d.file, d.address, d.kind) for d in DISPUTED}) == len(DISPUTED)
+    assert all(u.kind in ("message-id", "verp") and len(u.why) > 20 for u in UNLINKED)
+    assert len({(u.file, u.kind) for u in UNLINKED}) == len(UNLINKED)
+
+
+def test_a_bounce_is_rewritten_as_delivered_to_our_return_path() -> None:
+    raw = (b"To: someone@shop.example\nDelivered-To: someone@shop.example\n"
+           b"Subject: x\n\nTo: kept@customer.example\n")
+    assert to_return_path(raw, b"bounces+1-ab@shop.example") == (
+        b"To: <bounces+1-ab@shop.example>\nDelivered-To: <bounces+1-ab@shop.example>\n"
+        b"Subject: x\n\nTo: kept@customer.example\n")
 
 
 def test_an_mbox_file_is_read_as_its_messages() -> None:

@@ -46,7 +46,7 @@ def test_a_text_that_names_nobody_stands_for_the_returned_originals_recipient() 
                                   "sendmail_mail_from_refused.eml"])
 def test_a_refusal_of_our_mail_from_is_sender_side_whatever_it_says(name: str) -> None:
     [event] = _parse(name)
-    # "Sender address does not exist" / "Host unknown" would be hard for a recipient.
+    # "Domain does not exist" / "Host unknown" would be hard for a recipient.
     assert (event.recipient, event.subtype, event.reason) == (
         "dana@customer.example", BounceKind.SOFT, "sender_rejected")
 
@@ -93,9 +93,8 @@ def test_the_originals_message_id_is_found_where_mtas_misplace_it(original: str)
 
 
 def test_addresses_in_links_and_paths_are_never_recipients() -> None:
-    raw = (_REPORT_HEAD.replace("   * lee@customer.example",
-                                "   * lee@customer.example\r\n"
-                                "Failed: see https://help.example/x?to=ops@help.example and "
-                                "arn:aws:ses:identity/noreply@shop.example")
-           + "--Z--\r\n")
-    assert [e.recipient for e in dsn.parse(raw.encode())] == ["lee@customer.example"]
+    raw = (FIXTURES / "prose_failure_reasons.eml").read_bytes().replace(
+        b"lee@customer.example\n\n",
+        b"lee@customer.example\nFailed: see https://help.example/x?to=ops@help.example and "
+        b"arn:aws:ses:identity/noreply@shop.example\n\n", 1)
+    assert [e.recipient for e in dsn.parse(raw)] == ["lee@customer.example"]
