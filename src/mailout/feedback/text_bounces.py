@@ -174,6 +174,8 @@ def _named(lines: list[str], excluded: set[str]) -> list[str]:
     out: list[str] = []
     since_intro = LINES_AFTER_INTRO + 1
     for i, line in enumerate(lines):
+        if len(out) >= MAX_ADDRESSES:
+            break
         if INTRODUCES.search(line):
             since_intro = 0
         elif line.strip():
