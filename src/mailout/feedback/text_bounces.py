@@ -7,8 +7,11 @@ the same things: a sentence that introduces the failed recipients, the addresses
 next to each the remote server's reply. This reader looks for exactly that, in the
 bounce's own words only (its text before the returned original):
 
-- an address on a line that states a failure, or within a few lines after a line that
-  introduces failed recipients (:data:`FAILURE`, :data:`INTRODUCES`);
+- an address on a line that states a failure (or next to one: the reason is often
+  written on the line above or the reply on the line below), or within a few lines
+  after a line that introduces failed recipients (:data:`FAILURE`, :data:`INTRODUCES`);
+- a delivery status pasted into the text (``Final-Recipient: rfc822; x``) or a
+  summary's ``RCPT TO: x`` line;
 - never an address of the bounce's own headers (the reporting system, our return path),
   of the original's sender, a postmaster or mailer-daemon, one in a link, or one on a
   line that only says whom to contact;
