@@ -42,7 +42,8 @@ from sqlalchemy.engine import make_url
 
 from bench.common import scratch_database
 from mailout import db
-from mailout.db import inserts, migrate, wakeups
+from mailout.db import migrate, wakeups
+from mailout.db.stores import postgresql
 from mailout.outbox import EnqueueSettings, Message, _validated_row
 
 TARGET = 0.9
@@ -72,8 +73,8 @@ def _enqueue_statement(conn: psycopg.Connection[object], notify: bool) -> str:
         to="customer@example.com", template="order_confirmation",
         params={"order_id": 7, "total": "12.34", "items": ["a", "b"]}, key="order-7"),
         EnqueueSettings(message_id_domain="shop.example.com"))
-    params = inserts._one_row(row)
-    text = (inserts._ONE_NOTIFY_PG if notify else inserts._ONE_PG).element.text.strip()
+    params = postgresql.one_row(row)
+    text = (postgresql.ONE_NOTIFY if notify else postgresql.ONE).element.text.strip()
 
     def literal(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -21,7 +21,8 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from mailout.db import attachments as stored_attachments
-from mailout.db import dialects, inserts, wakeups
+from mailout.db import inserts, wakeups
+from mailout.db.stores import store_for
 from mailout.delivery.policy import DEFAULT_MAX_AGE as DEFAULT_QUEUE_AGE
 from mailout.delivery.policy import MAX_AGE_SECONDS, QueuePolicy, RetryPolicy, parse_queue_policies
 from mailout.exceptions import IdempotencyConflict, InvalidMessage, TemplateNotFound
@@ -461,7 +462,7 @@ def _write(connection: Connection, rows: list[dict[str, Any]], settings: Enqueue
                                     if r.created and (token or row.get("mime") is not None)])
     created = [r.id for r in results if r.created]
     if (created and settings.notify is NotifyMode.AFTER_COMMIT
-            and dialects.supports_listen_notify(connection)):
+            and store_for(connection).listens):
         wakeups.after_commit(connection, created)
     return results
 

@@ -297,3 +297,16 @@ def test_the_benchmarks_never_import_the_test_suite() -> None:
             offenders += [f"{path.relative_to(bench.parent)}: {n}" for n in names
                           if n == "tests" or n.startswith("tests.")]
     assert offenders == []
+
+
+def test_only_the_db_package_asks_which_database_it_is() -> None:
+    """Outside ``mailout.db`` code asks the connection's store
+    (``mailout.db.stores.store_for``), never the dialect: no import of
+    ``mailout.db.dialects`` and no reading of a dialect's or URL's backend name."""
+    asking = ("dialect.name", "get_backend_name(", "drivername")
+    offenders = sorted(
+        name for name, path in _modules().items()
+        if name != "mailout.db" and not name.startswith("mailout.db.")
+        and ("mailout.db.dialects" in GRAPH[name]
+             or any(word in path.read_text(encoding="utf-8") for word in asking)))
+    assert not offenders, f"these modules ask which database it is: {offenders}"

@@ -1,8 +1,10 @@
 """What each database can do, asked as capability questions (River's ``Supports...``).
 
-Callers ask "can this database LISTEN?" rather than "is this PostgreSQL?", so adding a
-database means answering these questions for it, in this one module. Each function
-takes an ``Engine`` or a ``Connection``.
+The modules of :mod:`mailout.db` ask "can this database return the rows it wrote?"
+rather than "is this PostgreSQL?". What differs in the hot path (the claim, the
+completions, the INSERT) is each store's own SQL (:mod:`mailout.db.stores`); code
+outside :mod:`mailout.db` asks a store, never this module. Each function takes an
+``Engine`` or a ``Connection``.
 """
 
 from __future__ import annotations
@@ -39,33 +41,12 @@ def name_of(bind: Bind) -> str:
     return bind.dialect.name
 
 
-def supports_listen_notify(bind: Bind) -> bool:
-    """Can workers be woken by NOTIFY when a message is committed? (Else they poll.)"""
-    return name_of(bind) == POSTGRESQL
 
 
-def claims_in_one_statement(bind: Bind) -> bool:
-    """Can a claim pick, lock (SKIP LOCKED) and lease rows in one UPDATE ... RETURNING?
-
-    Elsewhere a claim selects candidates and updates them inside a transaction that
-    already holds the write lock (SQLite's BEGIN IMMEDIATE).
-    """
-    return name_of(bind) == POSTGRESQL
 
 
-def writes_batches_as_json(bind: Bind) -> bool:
-    """Can a batch of rows travel as one JSON parameter expanded by the server?
-
-    One statement text and one parameter whatever the batch size: the driver parses
-    no query of thousands of placeholders, and it is one round trip.
-    """
-    return name_of(bind) == POSTGRESQL
 
 
-def completes_batches_in_json_table(bind: Bind) -> bool:
-    """Can a batch of completions be one UPDATE joined to ``JSON_TABLE`` (MySQL 8,
-    MariaDB 10.6+)? See :mod:`mailout.db.mysql_completions`."""
-    return name_of(bind) == MYSQL
 
 
 def returns_written_rows(bind: Bind) -> bool:
@@ -87,10 +68,6 @@ def stores_times_without_zone(bind: Bind) -> bool:
     return name_of(bind) == MYSQL
 
 
-def takes_likelihood_hints(bind: Bind) -> bool:
-    """Does the planner read ``likely(term)`` as "this term filters out few rows", and
-    so prefer an index that gives the ORDER BY over one that serves the term (SQLite)?"""
-    return name_of(bind) == SQLITE
 
 
 def locks_rows_skipping_locked(bind: Bind) -> bool:

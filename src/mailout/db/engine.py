@@ -177,7 +177,7 @@ def immediate(engine: Engine, *, one_statement: bool = False) -> Iterator[Connec
     up front; elsewhere it is an ordinary transaction.
 
     ``one_statement``: the caller's writes are a single statement, atomic on its own
-    (a PostgreSQL claim, see ``dialects.claims_in_one_statement``), so the connection
+    (a PostgreSQL claim, see ``Store.claims_in_one_statement``), so the connection
     is in autocommit: no BEGIN and COMMIT, two round trips fewer. Reads before it
     (the pause list) then see the database as of their own statement."""
     options = immediate_options(one_statement=one_statement)

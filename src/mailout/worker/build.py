@@ -11,7 +11,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from mailout import db
-from mailout.db import dialects, migrate
+from mailout.db import migrate
+from mailout.db.stores import store_for
 from mailout.delivery import attempt
 from mailout.delivery.guards import Guards, load_registry, parse_domains
 from mailout.exceptions import ConfigError
@@ -107,7 +108,7 @@ def build_worker(
         for lane in lanes
     ]
     poll = settings.poll_seconds or (
-        NOTIFY_POLL if dialects.supports_listen_notify(engine) else NO_NOTIFY_POLL)
+        NOTIFY_POLL if store_for(engine).listens else NO_NOTIFY_POLL)
     options = Options(
         lease_seconds=settings.lease_seconds,
         poll_seconds=poll,

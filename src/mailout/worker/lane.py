@@ -20,7 +20,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mailout import db
-from mailout.db import dialects, leasing
+from mailout.db import leasing
+from mailout.db.stores import store_for
 from mailout.delivery import attempt
 from mailout.delivery.policy import Lane
 from mailout.metrics.observer import Observer
@@ -86,7 +87,7 @@ class LaneRunner:
         # transaction.
         engine = deps.engine
         self._claims = db.HeldConnection(engine, **db.immediate_options(
-            one_statement=dialects.claims_in_one_statement(engine)))
+            one_statement=store_for(engine).claims_in_one_statement))
 
     async def run(self) -> None:
         db_backoff = 0.5

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout.db import dialects, leasing, notifications
+from mailout.db import leasing, notifications
+from mailout.db.stores import store_for
 from mailout.delivery import attempt
 from mailout.delivery.policy import Lane
 from mailout.exceptions import WorkerFailed
@@ -159,7 +160,7 @@ class Worker:
         side.start(SideTask(HEARTBEAT, self._heartbeat, self._heartbeat_restart()))
         side.start(SideTask(OUTAGE_WATCH, self._watch_outage, SIDE_TASKS[OUTAGE_WATCH]))
         side.start(SideTask(SEND_SUMMARY, self._summarize, SIDE_TASKS[SEND_SUMMARY]))
-        if self.opts.listen and dialects.supports_listen_notify(self.engine):
+        if self.opts.listen and store_for(self.engine).listens:
             url = self.engine.url.render_as_string(hide_password=False)
             side.start(SideTask(LISTEN, functools.partial(notifications.listen, url, self._wake),
                                 SIDE_TASKS[LISTEN]))

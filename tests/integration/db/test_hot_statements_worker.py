@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from mailout import db
 from mailout.db import hot_statements, leasing, outcomes
 from mailout.db.schema import attempts, messages
+from mailout.db.stores import postgresql
 from mailout.models import ClaimedMessage, Completion, Mailbox, Outcome, Status
 from mailout.outbox import EnqueueSettings, NotifyMode, enqueue
 from tests.support.timetravel import expire_leases
@@ -53,8 +54,8 @@ def test_every_lane_claim_takes_the_cursor_path(pg: Engine, lane: tuple[Any, ...
     # Fails when a claim would need SQLAlchemy at run time (an IN list expanded per
     # execution, a bind or result processor): the worker's fast path is lost.
     with pg.begin() as conn:
-        assert hot_statements._prepared(conn, leasing._pg_claim(*lane)).direct
-        assert hot_statements._prepared(conn, outcomes._COMPLETE_PG).direct
+        assert hot_statements._prepared(conn, postgresql.claim_statement(*lane)).direct
+        assert hot_statements._prepared(conn, postgresql.COMPLETE).direct
 
 
 def _fill(engine: Engine, tag: str) -> None:

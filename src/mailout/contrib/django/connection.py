@@ -19,9 +19,10 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from mailout.db import dialects, wakeups
+from mailout.db import wakeups
 from mailout.db.borrowed import borrow
 from mailout.db.engine import LOCK_CONFLICT_TRIES
+from mailout.db.stores import Store, store_for
 from mailout.exceptions import ConfigError
 from mailout.models import EnqueueResult
 
@@ -88,7 +89,7 @@ def run_borrowed(using: str, work: Callable[[Connection], T],
     the database refused it over a lock (SQLite's busy timeout, InnoDB's deadlock
     victim or lock wait timeout). The transaction was rolled back whole, so nothing of
     the failed try remains. An owned transaction on SQLite takes the write lock before
-    ``work`` reads (:func:`~mailout.db.dialects.take_write_lock`): one that read first
+    ``work`` reads (:meth:`~mailout.db.stores.base.Store.take_write_lock`): one that read first
     would be refused at once whenever a worker committed before it wrote.
 
     Inside the caller's atomic block the error propagates at the first try: only the
@@ -97,13 +98,15 @@ def run_borrowed(using: str, work: Callable[[Connection], T],
     """
     for attempt in range(1, tries + 1):
         owned = not _wrapper(using).in_atomic_block
+        store: Store | None = None
         try:
             with borrowed_connection(using) as conn:
+                store = store_for(conn)
                 if owned:
-                    dialects.take_write_lock(conn)
+                    store.take_write_lock(conn)
                 return work(conn)
         except DBAPIError as exc:
-            conflict = dialects.is_sqlite_busy(exc) or dialects.is_lock_conflict(exc)
+            conflict = store is not None and store.is_conflict(exc)
             if not owned or not conflict or attempt == tries:
                 raise
     raise AssertionError("unreachable: the last try returns or raises")
