@@ -34,7 +34,8 @@ class CommonStore:
         """Nothing: rows are locked as they are written."""
 
     def is_conflict(self, exc: BaseException) -> bool:
-        return dialects.is_lock_conflict(exc)
+        # Read from the error itself, whichever server raised it.
+        return dialects.is_sqlite_busy(exc) or dialects.is_lock_conflict(exc)
 
     def updated_ids(self, conn: Connection, stmt: Update,
                     id_column: ColumnElement[Any]) -> list[Any]:

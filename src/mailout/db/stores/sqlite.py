@@ -57,6 +57,3 @@ class SQLiteStore(CommonStore):
 
     def take_write_lock(self, conn: Connection) -> None:
         dialects.take_write_lock(conn)
-
-    def is_conflict(self, exc: BaseException) -> bool:
-        return dialects.is_sqlite_busy(exc) or dialects.is_lock_conflict(exc)
