@@ -13,16 +13,19 @@ import it.
 
 from __future__ import annotations
 
+import importlib
+
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 
 from mailout.db.stores.base import Store
-from mailout.db.stores.mysql import MySQLStore
-from mailout.db.stores.postgresql import PostgreSQLStore
-from mailout.db.stores.sqlite import SQLiteStore
 
-_STORES: dict[str, Store] = {s.name: s for s in (PostgreSQLStore(), MySQLStore(),
-                                                  SQLiteStore())}
+# Each store's module, imported when a first connection asks for it: an application
+# on one database loads that store's SQL only.
+_MODULES = {"postgresql": ("mailout.db.stores.postgresql", "PostgreSQLStore"),
+            "mysql": ("mailout.db.stores.mysql", "MySQLStore"),
+            "sqlite": ("mailout.db.stores.sqlite", "SQLiteStore")}
+_STORES: dict[str, Store] = {}
 
 
 def store_for(bind: Engine | Connection | URL | str) -> Store:
@@ -32,10 +35,16 @@ def store_for(bind: Engine | Connection | URL | str) -> Store:
         name = bind.dialect.name
     else:
         name = (make_url(bind) if isinstance(bind, str) else bind).get_backend_name()
-    try:
-        return _STORES[name]
-    except KeyError:
-        raise ValueError(f"mailout has no store for {name!r} databases") from None
+    store = _STORES.get(name)
+    if store is None:
+        # SQLAlchemy's "mariadb://" is its mysql dialect under another name.
+        key, name = name, "mysql" if name == "mariadb" else name
+        if name not in _MODULES:
+            raise ValueError(f"mailout has no store for {name!r} databases")
+        module, cls = _MODULES[name]
+        store = _STORES.get(name) or getattr(importlib.import_module(module), cls)()
+        _STORES[key] = _STORES[name] = store
+    return store
 
 
 __all__ = ["Store", "store_for"]
