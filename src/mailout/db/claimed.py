@@ -2,7 +2,7 @@
 records: the columns, their decoding, and the log rows of abandoned attempts (a
 reclaimed row's attempt whose lease ran out, logged as ``unknown``).
 
-Shared by every dialect's claim in :mod:`mailout.db.leasing`; the operator reads in
+Shared by every store's claim (:mod:`mailout.db.stores`); the operator reads in
 :mod:`mailout.db.browse` decode stored addresses the same way.
 """
 

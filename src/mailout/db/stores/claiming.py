@@ -44,7 +44,7 @@ def filters(queues: Sequence[str] | None, exclude: Sequence[str] = (),
     """The lane's queues, minus excluded (rated elsewhere or paused) queues and templates.
 
     ``queue_indexed=False`` compares ``queue || ''`` instead, the same values, which no
-    index on ``queue`` matches: the expired-lease reads filter so (see _due_cte; SQLite
+    index on ``queue`` matches: the expired-lease reads filter so (see postgresql.due_cte; SQLite
     otherwise reads the queue's whole history through ``ix_mailout_messages_queue_id``
     and sorts it).
 
