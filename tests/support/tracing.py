@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from opentelemetry.util._once import Once
 
 __all__ = ["InMemorySpanExporter", "ReadableSpan", "every_value", "install", "named",
-           "spans", "trace", "uninstall"]
+           "spans", "trace", "trace_view", "uninstall"]
 
 
 def install(provider: TracerProvider) -> None:
@@ -69,3 +69,23 @@ def every_value(finished: Iterable[ReadableSpan]) -> list[str]:
         if span.status.description:
             values.append(span.status.description)
     return [str(v) for v in values]
+
+
+def trace_view(finished: Iterable[ReadableSpan], trace_id: int) -> list[ReadableSpan]:
+    """What a trace backend shows from trace ``trace_id`` following links both ways:
+    its spans, and those of every trace linked to or from the traces gathered so far."""
+    finished = list(finished)
+    traces = {trace_id}
+    grown = True
+    while grown:
+        grown = False
+        for span in finished:
+            assert span.context is not None
+            linked = {link.context.trace_id for link in span.links}
+            if span.context.trace_id in traces and not linked <= traces:
+                traces |= linked
+                grown = True
+            elif span.context.trace_id not in traces and linked & traces:
+                traces.add(span.context.trace_id)
+                grown = True
+    return [s for s in finished if s.context is not None and s.context.trace_id in traces]

@@ -79,6 +79,8 @@ class Context:
     load_attachments: Callable[[int], tuple[Attachment, ...]] | None = None
     # MAILOUT_TRACE_STEPS: render and transport child spans under an OpenTelemetry SDK.
     trace_steps: bool = False
+    # MAILOUT_TRACE_RECIPIENTS=hashed: the HMAC key of the send span's recipient hashes.
+    trace_recipients_key: bytes | None = field(default=None, repr=False)
 
     @property
     def log_recipients(self) -> LogRecipients:
@@ -428,7 +430,7 @@ async def run(msg: ClaimedMessage, ctx: Context, *, pause_seconds: float,
     """
     if tracing.tracer() is None:
         return await _attempt(msg, ctx, pause_seconds, outage_seconds, on_send)
-    with tracing.sending(msg, ctx.transport.name) as span:
+    with tracing.sending(msg, ctx.transport.name, ctx.trace_recipients_key) as span:
         completion = await _attempt(msg, ctx, pause_seconds, outage_seconds, on_send)
         tracing.finished(span, completion)
         return completion

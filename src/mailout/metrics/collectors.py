@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Engine
@@ -23,6 +24,22 @@ CACHE_SECONDS = 1.0  # a scrape result is reused this long: scrapes cannot hamme
 LOCK_WAIT_SECONDS = 2.0
 STATEMENT_TIMEOUT_MS = 5000
 LIVE_STATUSES = (Status.PENDING, Status.SENDING)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """One reading of the live queues: what the queue gauges show."""
+
+    counts: Mapping[str, Mapping[str, float]]  # queue -> pending, sending, due
+    ages: Mapping[str, float]  # queue -> seconds the oldest due row has waited
+    queues: Sequence[str]  # every queue to report, 0 when empty
+
+    def count(self, queue: str, what: str) -> float:
+        return self.counts.get(queue, {}).get(what, 0)
+
+    def age(self, queue: str) -> float:
+        return self.ages.get(queue, 0.0)
+
 class QueueCollector:
     """Queue depth and the age of the oldest due message, read at scrape time.
 
@@ -42,13 +59,19 @@ class QueueCollector:
         self._cache_seconds = cache_seconds
         self._lock = threading.Lock()
         self._at = float("-inf")
-        self._cached: list[Metric] = []
+        self._cached: QueueSnapshot | None = None  # None: the last query failed
         self.queries = 0  # database round trips made, for tests and curiosity
 
     def describe(self) -> list[Metric]:
-        return [*self._families({}, {}, ()), self._error_family()]  # no query here
+        # No query here.
+        return [*self._families(QueueSnapshot({}, {}, ())), self._error_family()]
 
     def collect(self) -> list[Metric]:
+        found = self.snapshot()
+        return [*([] if found is None else self._families(found)), self._error_family()]
+
+    def snapshot(self) -> QueueSnapshot | None:
+        """The queues now (or up to ``cache_seconds`` ago); None if the query failed."""
         # Concurrent scrapes share one query; behind a slow one, they serve the last result.
         if self._lock.acquire(timeout=LOCK_WAIT_SECONDS):
             try:
@@ -57,7 +80,7 @@ class QueueCollector:
                     self._at = time.monotonic()
             finally:
                 self._lock.release()
-        return [*self._cached, self._error_family()]
+        return self._cached
 
     def _error_family(self) -> Metric:
         family = CounterMetricFamily("mailout_scrape_errors",
@@ -65,7 +88,7 @@ class QueueCollector:
         family.add_metric([], self.errors)
         return family
 
-    def _scrape(self) -> list[Metric]:
+    def _scrape(self) -> QueueSnapshot | None:
         self.queries += 1
         try:
             with self._engine.connect() as conn:
@@ -75,7 +98,7 @@ class QueueCollector:
             log.warning("metrics: queue query failed, queue series omitted: %s",
                         type(exc).__name__,
                         extra={"event": "metrics_queue_query_failed", "error": type(exc).__name__})
-            return []
+            return None
         counts: dict[str, dict[str, float]] = {}
         ages: dict[str, float] = {}
         now = depths.now
@@ -87,11 +110,10 @@ class QueueCollector:
         for queue, n in depths.sending:
             counts.setdefault(queue, {})["sending"] = n
         self._queues |= set(counts)
-        return self._families(counts, ages, sorted(self._queues))
+        return QueueSnapshot(counts, ages, tuple(sorted(self._queues)))
 
     @staticmethod
-    def _families(counts: dict[str, dict[str, float]], ages: dict[str, float],
-                  queues: Sequence[str]) -> list[Metric]:
+    def _families(found: QueueSnapshot) -> list[Metric]:
         depth = GaugeMetricFamily("mailout_queue_messages",
                                   "Live messages by queue and status (pending, sending).",
                                   labels=["queue", "status"])
@@ -102,12 +124,11 @@ class QueueCollector:
                                    "How long the oldest due pending message has waited "
                                    "past its next attempt time (0 if none is due).",
                                    labels=["queue"])
-        for queue in queues:
-            c = counts.get(queue, {})
+        for queue in found.queues:
             for status in LIVE_STATUSES:
-                depth.add_metric([queue, status.value], c.get(status.value, 0))
-            due.add_metric([queue], c.get("due", 0))
-            oldest.add_metric([queue], ages.get(queue, 0.0))
+                depth.add_metric([queue, status.value], found.count(queue, status.value))
+            due.add_metric([queue], found.count(queue, "due"))
+            oldest.add_metric([queue], found.age(queue))
         return [depth, due, oldest]
 
 

@@ -90,3 +90,43 @@ class WorkerView(Protocol):
 
     @property
     def lane_specs(self) -> Sequence[Lane]: ...
+
+
+class Observers:
+    """Several observers, each told of every event in turn (Prometheus and OpenTelemetry)."""
+
+    def __init__(self, *members: Observer) -> None:
+        self.members = members
+
+    def attempt(self, msg: ClaimedMessage, completion: Completion, seconds: float) -> None:
+        for member in self.members:
+            member.attempt(msg, completion, seconds)
+
+    def reclaimed(self, msg: ClaimedMessage) -> None:
+        for member in self.members:
+            member.reclaimed(msg)
+
+    def paused(self, reason: str | None) -> None:
+        for member in self.members:
+            member.paused(reason)
+
+    def outage(self, reason: str | None) -> None:
+        for member in self.members:
+            member.outage(reason)
+
+    def member(self, transport: str, member: str, state: str, reason: str | None) -> None:
+        for each in self.members:
+            each.member(transport, member, state, reason)
+
+    def tick(self) -> None:
+        for member in self.members:
+            member.tick()
+
+    def database(self, reachable: bool) -> None:
+        for member in self.members:
+            member.database(reachable)
+
+
+def members(observer: Observer) -> tuple[Observer, ...]:
+    """The observers ``observer`` stands for: its members, or itself."""
+    return observer.members if isinstance(observer, Observers) else (observer,)

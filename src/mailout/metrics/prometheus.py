@@ -39,7 +39,7 @@ from prometheus_client.exposition import choose_encoder
 from mailout import __version__
 from mailout.exceptions import ConfigError
 from mailout.metrics.collectors import CACHE_SECONDS, AlertCollector, QueueCollector
-from mailout.metrics.observer import NullObserver, WorkerView
+from mailout.metrics.observer import NullObserver, WorkerView, members
 from mailout.models import ClaimedMessage, Completion, Outcome
 
 log = logging.getLogger(__name__)
@@ -293,9 +293,12 @@ def start_metrics_server(port: int, worker: WorkerView, *, host: str = DEFAULT_H
     worker's threads or file descriptors.
     Raises ConfigError (MAILOUT_METRICS_PORT) when the port cannot be bound.
     """
-    observer = worker.observer
-    if isinstance(observer, NullObserver):
+    observer: Any = worker.observer
+    if type(observer) is NullObserver:  # not a subclass (OtelObserver)
         observer = worker.observer = PrometheusObserver()
+    # Built with OpenTelemetry metrics as well: the Prometheus one among them.
+    observer = next((o for o in members(observer) if isinstance(o, PrometheusObserver)),
+                    observer)
     if not isinstance(observer, PrometheusObserver):
         raise TypeError("start_metrics_server needs a worker built with "
                         "observer=PrometheusObserver()")

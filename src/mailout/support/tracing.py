@@ -17,19 +17,24 @@ address, a subject, a body, a param, a reply text or an exception's message (eit
 may quote an address): trace backends keep what they get beyond the reach of
 ``MAILOUT_LOG_RECIPIENTS``.
 
-May import: ``mailout.models`` (and ``mailout.__version__``); ``opentelemetry-api``,
+May import: ``mailout.models``, ``mailout.exceptions`` (and ``mailout.__version__``);
+``opentelemetry-api``,
 lazily.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import hashlib
+import hmac
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mailout import __version__
+from mailout.exceptions import ConfigError
 from mailout.models import ClaimedMessage, Completion, Outcome
 
 if TYPE_CHECKING:
@@ -56,6 +61,45 @@ class _Api:
     # hold W3C's traceparent and tracestate.
     propagator: Any
     unconfigured: tuple[type, ...]  # provider types that mean "no SDK"
+
+
+class TraceRecipients(enum.StrEnum):
+    """What a ``send`` span says of its recipients (``MAILOUT_TRACE_RECIPIENTS``)."""
+
+    OFF = "off"  # nothing (the default)
+    # mailout.recipient_hashes: keyed HMAC-SHA256 of each lowercased address, so that
+    # someone holding the secret can find a customer's attempts, and nobody else can
+    # recover or guess-and-check an address (a plain hash of an address is neither).
+    HASHED = "hashed"
+
+
+SECRET_SETTING = "MAILOUT_TRACE_RECIPIENTS_SECRET"  # noqa: S105 - its name, not a secret
+SECRET_MIN_CHARS = 16  # as for the return-path secret: too short to guess, not a password
+HASH_HEX_CHARS = 32  # 128 bits of the HMAC: no collisions among real recipient lists
+
+
+def recipients_key(mode: TraceRecipients, secret: str | None) -> bytes | None:
+    """The HMAC key the worker hashes recipients with; None when they are not traced.
+    Raises ConfigError for ``hashed`` without a secret of at least 16 characters."""
+    if mode is TraceRecipients.OFF:
+        return None
+    if not secret or len(secret) < SECRET_MIN_CHARS:
+        raise ConfigError(SECRET_SETTING, f"MAILOUT_TRACE_RECIPIENTS=hashed needs a secret of "
+                                          f"at least {SECRET_MIN_CHARS} random characters "
+                                          f"(got {len(secret or '')})")
+    return secret.encode()
+
+
+def recipient_hash(key: bytes, address: str) -> str:
+    """What ``mailout.recipient_hashes`` holds for ``address`` under ``key``."""
+    return hmac.new(key, address.strip().lower().encode(), hashlib.sha256).hexdigest()[
+        :HASH_HEX_CHARS]
+
+
+def _recipient_hashes(msg: ClaimedMessage, key: bytes) -> list[str]:
+    boxes = (*msg.to, *msg.cc, *msg.bcc)
+    addresses = [b.address for b in boxes] if boxes else [msg.recipient]
+    return [recipient_hash(key, a) for a in addresses]
 
 
 _api: _Api | None = None
@@ -214,10 +258,13 @@ def ingesting(traceparent: str, tracestate: str | None, *, event_type: str, prov
                                      attributes=attributes), None)
 
 
-def sending(msg: ClaimedMessage, transport: str) -> AbstractContextManager[Span | None]:
+def sending(msg: ClaimedMessage, transport: str, recipients_key: bytes | None = None,
+            ) -> AbstractContextManager[Span | None]:
     """The ``send`` span of one attempt, current while the attempt runs and linked to
-    the context its row was enqueued under (when it was). Yields None when nothing is
-    recorded; give the span and the attempt's completion to :func:`finished`."""
+    the context its row was enqueued under (when it was). With ``recipients_key``
+    (``MAILOUT_TRACE_RECIPIENTS=hashed``) it carries the keyed hashes of the
+    recipients, never the addresses. Yields None when nothing is recorded; give the
+    span and the attempt's completion to :func:`finished`."""
     found = tracer()
     if found is None:
         return NOTHING
@@ -235,6 +282,8 @@ def sending(msg: ClaimedMessage, transport: str) -> AbstractContextManager[Span 
                                 "mailout.attempt": msg.attempts,
                                 "mailout.transport": transport,
                             })
+    if recipients_key is not None:
+        span.set_attribute("mailout.recipient_hashes", _recipient_hashes(msg, recipients_key))
     return _current(span, span)
 
 

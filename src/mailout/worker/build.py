@@ -15,10 +15,12 @@ from mailout.db import migrate
 from mailout.db.stores import store_for
 from mailout.delivery import attempt
 from mailout.delivery.guards import Guards, load_registry, parse_domains
+from mailout.delivery.policy import Lane
 from mailout.exceptions import ConfigError
 from mailout.message.render import DEFAULT_KEY_HEADER, Renderer
 from mailout.message.templates import known_schemas
-from mailout.metrics.observer import Observer
+from mailout.metrics.observer import Observer, Observers
+from mailout.metrics.otel import otel_observer
 from mailout.metrics.prometheus import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from mailout.metrics.prometheus import PrometheusObserver, start_metrics_server
 from mailout.support import tracing
@@ -104,6 +106,8 @@ def build_worker(
             queue_policies={q: p.retry for q, p in policies.items()},
             guards=guards, engine=engine, load_attachments=loader,
             trace_steps=settings.trace_steps,
+            trace_recipients_key=tracing.recipients_key(settings.trace_recipients,
+                                                        settings.trace_recipients_secret),
         ))
         for lane in lanes
     ]
@@ -122,9 +126,23 @@ def build_worker(
         listen=settings.listen,
     )
     rates = {q: p.rate_per_second for q, p in policies.items() if p.rate_per_second}
+    observer = _with_otel(observer, engine, lanes)
     return Worker(engine, contexts, options, Alerts(alert_callback, settings.alert_webhook,
                                                       log_recipients=settings.log_recipients),
                   rates, observer)
+
+
+def _with_otel(observer: Observer | None, engine: Engine,
+               lanes: Sequence[Lane]) -> Observer | None:
+    """``observer``, and OpenTelemetry metrics too when the application configured a
+    meter provider (the SDK, or ``opentelemetry-instrument``)."""
+    queues = {q for ln in lanes for q in ln.queues}
+    if any(not ln.queues for ln in lanes):
+        queues.add("default")
+    found = otel_observer(engine, queues)
+    if found is None:
+        return observer
+    return found if observer is None else Observers(observer, found)
 
 
 def _guards(settings: Settings) -> Guards:

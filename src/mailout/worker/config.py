@@ -26,8 +26,9 @@ from mailout.exceptions import ConfigError, InvalidMessage
 from mailout.message import addresses
 from mailout.message.return_path import RETURN_PATH_SECRET_MIN_CHARS, ReturnPath
 from mailout.models import OnUnknown
-from mailout.support import envparse
+from mailout.support import envparse, tracing
 from mailout.support.logs import LogRecipients, LogSends
+from mailout.support.tracing import TraceRecipients
 from mailout.transports import url as transport_url
 from mailout.transports.url import TransportSpec
 
@@ -95,6 +96,9 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     # Under an OpenTelemetry SDK: render and transport child spans of each send span
     # (off: each costs about as much as a tenth of a message's worker CPU).
     "trace_steps": ("MAILOUT_TRACE_STEPS", envparse.boolean, False),
+    "trace_recipients": ("MAILOUT_TRACE_RECIPIENTS", envparse.choice(TraceRecipients),
+                         TraceRecipients.OFF),
+    "trace_recipients_secret": (tracing.SECRET_SETTING, envparse.text, None),
     "lanes": ("MAILOUT_LANES", _lanes, None),
     "queue_policies": ("MAILOUT_QUEUE_POLICIES", _policies, None),
     "max_age": ("MAILOUT_MAX_AGE_SECONDS", _MAX_AGE, 86400.0),
@@ -142,6 +146,8 @@ class Settings:
     poll_seconds: float | None
     listen: bool
     trace_steps: bool
+    trace_recipients: TraceRecipients
+    trace_recipients_secret: str | None = field(repr=False)  # the recipient hashes' key
     lanes: str | None
     queue_policies: str | None
     max_age: float
@@ -240,6 +246,7 @@ def _check_relations(s: Settings) -> None:
         )
     if s.return_path:
         ReturnPath(s.return_path, s.return_path_secret)  # a missing or short secret stops here
+    tracing.recipients_key(s.trace_recipients, s.trace_recipients_secret)  # likewise
     if not s.mail_from:
         raise ConfigError("MAIL_FROM", "is required: the address messages are sent from")
     try:
