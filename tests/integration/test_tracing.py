@@ -25,6 +25,7 @@ from mailout.feedback.ingest import Policy, ingest
 from mailout.models import Event, EventType, Provider
 from mailout.outbox import EnqueueSettings, Message, enqueue, enqueue_async, enqueue_many
 from mailout.support.logs import configure_logging
+from mailout.support.tracing import recipient_hash
 from tests.support.timetravel import make_due
 from tests.support.tracing import (
     InMemorySpanExporter,
@@ -230,3 +231,32 @@ def test_the_workers_log_line_for_an_attempt_carries_its_send_spans_ids(
     assert retry["span_id"] == f"{send.context.span_id:016x}"
     # Lines logged outside any attempt carry none.
     assert any("trace_id" not in e for e in lines)
+
+
+def test_hashed_recipients_are_a_keyed_hash_of_each_address_and_off_by_default(
+    sqlite_url: str, smtp_server: SmtpTestServer, spans: InMemorySpanExporter
+) -> None:
+    engine = db.make_engine(sqlite_url)
+    with trace.get_tracer("shop").start_as_current_span("request"), engine.begin() as conn:
+        enqueue(conn, to=["Ana.Lopez@Example.com", "bo@example.com"], subject=SUBJECT,
+                text=BODY, key="k1", settings=SETTINGS)
+    run_until_idle(settings_for(sqlite_url, smtp_server))  # the default: off
+    with trace.get_tracer("shop").start_as_current_span("request"), engine.begin() as conn:
+        enqueue(conn, to=["Ana.Lopez@Example.com", "bo@example.com"], subject=SUBJECT,
+                text=BODY, key="k2", settings=SETTINGS)
+    engine.dispose()
+    secret = "trace-recipients-secret-1"
+    run_until_idle(settings_for(sqlite_url, smtp_server, MAILOUT_TRACE_RECIPIENTS="hashed",
+                                MAILOUT_TRACE_RECIPIENTS_SECRET=secret))
+    off, hashed = named(spans.get_finished_spans(), "send")
+    assert off.attributes is not None
+    assert hashed.attributes is not None
+    assert "mailout.recipient_hashes" not in off.attributes
+    expected = [recipient_hash(secret.encode(), a)
+                for a in ("ana.lopez@example.com", "bo@example.com")]
+    assert list(hashed.attributes["mailout.recipient_hashes"]) == expected
+    # Keyed: another secret gives other hashes; never the address itself.
+    assert recipient_hash(b"another-secret-1234", "bo@example.com") != expected[1]
+    leaked = [v for v in every_value(spans.get_finished_spans())
+              for p in ("ana.lopez", "Ana.Lopez", "bo@example.com", secret) if p in v]
+    assert leaked == []

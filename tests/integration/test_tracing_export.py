@@ -3,6 +3,8 @@ to a receiver on loopback (tests/support/otlp_receiver.py), which decodes the pr
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="opentelemetry-exporter-"
@@ -10,13 +12,17 @@ pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="openteleme
 
 from bench.support.smtpserver import SmtpTestServer
 from bench.support.workers import run_until_idle, settings_for
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from mailout import db
 from mailout.outbox import EnqueueSettings, enqueue
+from tests.support.otel_metrics import install_meter_provider, uninstall_meter_provider
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.tracing import install, trace, uninstall
 
@@ -55,3 +61,44 @@ def test_the_spans_reach_a_collector_over_otlp_http(
     assert attributes["messaging.message.id"].string_value == row.message_id
     assert attributes["mailout.outcome"].string_value == "sent"
     assert attributes["mailout.reply_code"].int_value == 250
+
+
+def _attribute(point: Any, key: str) -> str:
+    return next(a.value.string_value for a in point.attributes if a.key == key)
+
+
+def test_the_workers_metrics_reach_a_collector_over_otlp_http(
+    sqlite_url: str, smtp_server: SmtpTestServer
+) -> None:
+    with OtlpReceiver() as receiver:
+        # An interval far beyond the test: the export is the one shutdown() makes.
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=receiver.metrics_endpoint, timeout=5),
+            export_interval_millis=3_600_000)
+        provider = MeterProvider(metric_readers=[reader],
+                                 resource=Resource.create({"service.name": "mailer"}))
+        install_meter_provider(provider)
+        try:
+            engine = db.make_engine(sqlite_url)
+            with engine.begin() as conn:
+                for i, to in enumerate(("ana@example.com", "rcpt-550@example.com")):
+                    enqueue(conn, to=to, subject="Order", text="Thanks", key=f"order-{i}",
+                            settings=EnqueueSettings(message_id_domain="x.test"))
+            engine.dispose()
+            run_until_idle(settings_for(sqlite_url, smtp_server))
+        finally:
+            uninstall_meter_provider()
+            provider.shutdown()
+        got = receiver.wait_for_metrics("mailout.sends", "messaging.process.duration",
+                                        "mailout.delivery.latency", "mailout.queue.messages")
+    sends = {_attribute(p, "mailout.outcome"): p.as_int
+             for p in got["mailout.sends"].sum.data_points}
+    assert sends["sent"] == sends["failed"] == 1
+    assert got["mailout.sends"].sum.is_monotonic
+    (duration,) = got["messaging.process.duration"].histogram.data_points
+    assert duration.count == 2
+    assert got["messaging.process.duration"].unit == "s"
+    assert [p.count for p in got["mailout.delivery.latency"].histogram.data_points] == [1]
+    depth = {_attribute(p, "mailout.queue.status"): p.as_double or p.as_int
+             for p in got["mailout.queue.messages"].gauge.data_points}
+    assert depth == {"pending": 0, "sending": 0}

@@ -131,3 +131,20 @@ def test_the_settings_repr_holds_no_password_or_webhook_url() -> None:
     assert "Db-Pw-7731" not in shown
     assert "Tok-9931" not in shown
     assert "lease_seconds=120.0" in shown  # the rest is still there to debug with
+
+
+def test_hashed_trace_recipients_need_a_secret_of_16_characters() -> None:
+    assert config.load(env=BASE).trace_recipients is config.TraceRecipients.OFF
+    for secret in (None, "short-secret"):
+        env = {**BASE, "MAILOUT_TRACE_RECIPIENTS": "hashed"}
+        if secret:
+            env["MAILOUT_TRACE_RECIPIENTS_SECRET"] = secret
+        with pytest.raises(ConfigError) as refused:
+            config.load(env=env)
+        assert refused.value.setting == "MAILOUT_TRACE_RECIPIENTS_SECRET"
+        assert "at least 16" in refused.value.reason
+        assert secret is None or secret not in str(refused.value)
+    good = config.load(env={**BASE, "MAILOUT_TRACE_RECIPIENTS": "hashed",
+                            "MAILOUT_TRACE_RECIPIENTS_SECRET": "s" * 16})
+    assert good.trace_recipients is config.TraceRecipients.HASHED
+    assert "s" * 16 not in repr(good)
