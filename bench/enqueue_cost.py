@@ -17,10 +17,14 @@
 3. ``--instructions SRC [SRC ...]``: instead of 1 and 2, the client's instructions
    per transaction of each kind, counted by valgrind for each source tree given (this
    checkout's ``src``, an older commit's...): a before/after figure the load of a
-   shared machine cannot move. See :func:`count_instructions`.
+   shared machine cannot move. See :func:`count_instructions`. A tree may be several
+   folders (``src:bench/support/otel_sdk``: an OpenTelemetry SDK), as PYTHONPATH;
+   ``--in-span`` runs every transaction inside a request span (the application's), so
+   that under an SDK enqueue opens its ``create`` span.
 
     .venv/bin/python -m bench.enqueue_cost [--transactions 4000] [--clients 16] [--seconds 5]
     .venv/bin/python -m bench.enqueue_cost --instructions /tmp/main/src src
+    .venv/bin/python -m bench.enqueue_cost --in-span --instructions src src:bench/support/otel_sdk
 """
 
 from __future__ import annotations
@@ -179,6 +183,8 @@ def main() -> None:
                          "source tree instead (e.g. /tmp/main/src src)")
     ap.add_argument("-n", type=int, default=300,
                     help="--instructions: transactions counted per kind (default 300)")
+    ap.add_argument("--in-span", action="store_true",
+                    help="--instructions: each transaction inside a request span")
     ap.add_argument("--child", nargs=4, metavar=("URL", "KIND", "N", "FIRST"),
                     help=argparse.SUPPRESS)  # one counted run, under valgrind
     args = ap.parse_args()
@@ -187,7 +193,7 @@ def main() -> None:
                      int(args.child[3]))
         return
     if args.instructions:
-        count_instructions(args.instructions, args.n)
+        count_instructions(args.instructions, args.n, in_span=args.in_span)
         return
     load = [os.getloadavg()[0]]
     with scratch_database() as url:
@@ -208,10 +214,11 @@ def _prepare(url: str) -> None:
 
 
 _COLLECTED = re.compile(r"Collected : (\d+)")
+IN_SPAN = "BENCH_ENQUEUE_IN_SPAN"  # set for the counted children of --in-span
 WARMUP = 30  # transactions of each kind before counting: caches, prepared statements
 
 
-def count_instructions(srcs: list[str], n: int) -> None:
+def count_instructions(srcs: list[str], n: int, *, in_span: bool = False) -> None:
     """Per source tree: the client's instructions per transaction of each kind, and
     what each adds to the order-only one. Each kind runs in a process of its own
     under ``valgrind --tool=callgrind`` (about 50 times slower), after WARMUP
@@ -226,8 +233,11 @@ def count_instructions(srcs: list[str], n: int) -> None:
         _prepare(url)
         for i, src in enumerate(srcs):
             print(f"counting {src} ({len(KINDS) + 1} runs under valgrind)...", flush=True)
-            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()),
+            path = os.pathsep.join(str(Path(p).resolve()) for p in src.split(os.pathsep))
+            env = {**os.environ, "PYTHONPATH": path,
                    "PYTHONHASHSEED": "0"}  # the same dict layouts in every run
+            if in_span:
+                env[IN_SPAN] = "1"
             runs = [_callgrind(env, Path(tmp) / f"{i}-{k}.out",
                                [url, str(k), str(0 if k < 0 else n),
                                 str((i * 8 + k + 2) * 10_000_000)])
@@ -235,7 +245,7 @@ def count_instructions(srcs: list[str], n: int) -> None:
             found[src] = {kind: (runs[k + 1] - runs[0]) / n for k, kind in enumerate(KINDS)}
     print(f"\nclient instructions per transaction (valgrind, N={n} per kind; the machine's "
           f"load average {os.getloadavg()[0]:.1f} does not matter here)")
-    print(f"{'':<28}" + "".join(f"{Path(s).resolve().parent.name[:18]:>20}" for s in srcs))
+    print(f"{'':<28}" + "".join(f"{s[-18:]:>20}" for s in srcs))
     for kind in KINDS:
         print(f"{kind:<28}" + "".join(f"{found[s][kind]:>20,.0f}" for s in srcs))
     for kind in KINDS[2:]:
@@ -252,18 +262,26 @@ def _callgrind(env: dict[str, str], out: Path, child: list[str]) -> int:
 def _count_child(url: str, kind: int, n: int, first: int) -> None:
     """WARMUP transactions of every kind, then ``n`` of KINDS[kind] (none when < 0)."""
     engine = db.make_engine(url)
+    run = _in_span if os.environ.get(IN_SPAN) else _transaction
     for warm in KINDS:
         for _ in range(WARMUP):
             first += 1
-            _transaction(engine, warm, first)
+            run(engine, warm, first)
     # Objects alive now are never collected again: a full collection landing in one
     # run and not in another would otherwise move a run by millions of instructions.
     gc.collect()
     gc.freeze()
     for _ in range(n if kind >= 0 else 0):
         first += 1
-        _transaction(engine, KINDS[kind], first)
+        run(engine, KINDS[kind], first)
     engine.dispose()
+
+
+def _in_span(engine: Engine, kind: str, n: int) -> None:
+    """One transaction inside the application's request span (``--in-span``)."""
+    from opentelemetry import trace  # only here: the other runs never load it
+    with trace.get_tracer("bench").start_as_current_span("POST /checkout"):
+        _transaction(engine, kind, n)
 
 
 def _report(times: dict[str, list[float]], cpu: dict[str, list[float]],
