@@ -59,8 +59,8 @@ def meter() -> Any | None:
     except ImportError:
         return None
     provider = metrics.get_meter_provider()
-    # The API's placeholder before any provider is set has no public name; its module
-    # path is stable since 1.12. A NoOp provider is what OTEL_METRICS_EXPORTER=none sets.
+    # The API's placeholder before any provider is set has no public name (its class
+    # name is stable since 1.12); a NoOp provider is one an application set on purpose.
     if isinstance(provider, metrics.NoOpMeterProvider) or \
             type(provider).__name__ == "_ProxyMeterProvider":
         return None
