@@ -29,6 +29,7 @@ May import: ``mailout.metrics``, ``mailout.db``, ``mailout.models``; ``opentelem
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -52,11 +53,16 @@ _PROCESS = {"messaging.system": "mailout", "messaging.operation.name": "send",
 
 
 def meter() -> Any | None:
-    """mailout's meter from the global provider; None without the API, or while the
-    provider is the API's default (no SDK: it would record nothing)."""
+    """mailout's meter from the global provider; None without the API, while the
+    provider is the API's default (no SDK: it would record nothing), or when
+    ``OTEL_METRICS_EXPORTER=none`` says no metric is to leave the process."""
     try:
         from opentelemetry import metrics
     except ImportError:
+        return None
+    # The launcher sets a provider without readers under OTEL_METRICS_EXPORTER=none:
+    # recording into it would cost every attempt for nothing (docs/capacity.md).
+    if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none":
         return None
     provider = metrics.get_meter_provider()
     # The API's placeholder before any provider is set has no public name (its class

@@ -4,6 +4,7 @@ would cost every attempt for nothing)."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import create_engine
 
 from mailout.metrics.otel import OtelObserver, otel_observer
@@ -26,3 +27,11 @@ def test_a_meter_provider_gets_an_observer_whose_counters_start_at_zero(
              if name == "mailout.sends"}
     assert sends["dead"] == 0
     assert set(sends.values()) == {0}
+
+
+def test_otel_metrics_exporter_none_means_no_observer(
+    metric_reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What opentelemetry-instrument does then: a provider with no reader, set anyway.
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    assert otel_observer(create_engine("sqlite://"), ["default"]) is None
