@@ -90,7 +90,7 @@ def db_sql(dialect: str) -> None:
 @click.option("--lanes", help="Lanes, e.g. critical:4,default:8,bulk:2; critical:4@1 runs "
                                "that lane alone in 1 process of its own [env: MAILOUT_LANES].")
 @click.option("--poll-only", is_flag=True,
-              help="No LISTEN/NOTIFY, poll only (PgBouncer in transaction mode).")
+              help="No LISTEN/NOTIFY, poll only (behind PgBouncer: see MAILOUT_LISTEN_URL).")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes to run on this machine.")
 @click.option("--until-idle", is_flag=True, help="Exit once no message is due.")

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 
-from mailout.db import dialects
+from mailout.db import dialects, pooler
 from mailout.exceptions import ConfigError
 
 DEFAULT_URL = "sqlite:///mailout.db"
@@ -109,10 +109,13 @@ def make_engine(url: str | None = None, **kw: Any) -> Engine:
 
     SQLite gets WAL mode and a busy timeout, so that the application, several worker
     processes and the CLI can share one file without "database is locked" errors.
+    Behind a transaction-mode PgBouncer (``MAILOUT_PGBOUNCER=transaction``) psycopg
+    prepares no statements (:mod:`mailout.db.pooler`).
     """
     # pre_ping: after a database restart, pooled connections are dead; test before use.
     kw.setdefault("pool_pre_ping", True)
     checked = database_url(url)
+    kw = pooler.engine_kwargs(checked, kw)
     try:
         engine = create_engine(checked, **kw)
     except (ImportError, NoSuchModuleError) as exc:

@@ -39,6 +39,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.pool import Pool
 
+from mailout.db import pooler
 from mailout.db.inserts import NOTIFY_CHANNEL
 from mailout.db.schema import messages
 
@@ -202,6 +203,6 @@ def _target(engine: Engine) -> Engine:
     with _LOCK:
         derived = _DERIVED.get(key)
         if derived is None:
-            derived = _DERIVED[key] = create_engine(url, pool_size=1, max_overflow=1,
-                                                    pool_pre_ping=True)
+            derived = _DERIVED[key] = create_engine(url, **pooler.engine_kwargs(
+                url, {"pool_size": 1, "max_overflow": 1, "pool_pre_ping": True}))
     return derived

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from mailout import db
-from mailout.db import migrate
+from mailout.db import migrate, pooler
 from mailout.db.stores import store_for
 from mailout.delivery import attempt
 from mailout.delivery.guards import Guards, load_registry, parse_domains
@@ -36,7 +36,7 @@ from mailout.worker.runtime import Worker, make_rng, worker_name
 
 log = logging.getLogger(__name__)
 
-NO_NOTIFY_POLL = 0.2  # no NOTIFY to wake workers (SQLite, MySQL): poll more often
+NO_NOTIFY_POLL = 0.2  # no NOTIFY wakes the worker (SQLite, MySQL, no LISTEN): poll more often
 NOTIFY_POLL = 1.0  # NOTIFY wakes workers at once; polling is only the safety net
 # How long a starting worker waits for a database it cannot reach (restarting, failing
 # over, not up yet beside it in a deployment) before it gives up and exits.
@@ -111,8 +111,7 @@ def build_worker(
         ))
         for lane in lanes
     ]
-    poll = settings.poll_seconds or (
-        NOTIFY_POLL if store_for(engine).listens else NO_NOTIFY_POLL)
+    poll = settings.poll_seconds or (NOTIFY_POLL if _listens(engine, settings) else NO_NOTIFY_POLL)
     options = Options(
         lease_seconds=settings.lease_seconds,
         poll_seconds=poll,
@@ -143,6 +142,14 @@ def _with_otel(observer: Observer | None, engine: Engine,
     if found is None:
         return observer
     return found if observer is None else Observers(observer, found)
+
+
+def _listens(engine: Engine, settings: Settings) -> bool:
+    """Whether the worker will LISTEN (so NOTIFY wakes it and polling is only the
+    safety net): PostgreSQL, MAILOUT_LISTEN on, and a session to LISTEN on (see
+    :func:`mailout.db.pooler.listen_url`)."""
+    return (settings.listen and store_for(engine).listens and
+            pooler.listen_url(engine.url.render_as_string(hide_password=False)) is not None)
 
 
 def _guards(settings: Settings) -> Guards:

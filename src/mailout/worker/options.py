@@ -18,4 +18,4 @@ class Options:
     outage_alert_seconds: float = 600.0  # MAILOUT_OUTAGE_ALERT_SECONDS
     shutdown_grace: float = 30.0
     until_idle: bool = False
-    listen: bool = True  # LISTEN for NOTIFY on PostgreSQL; off for PgBouncer (poll only)
+    listen: bool = True  # LISTEN for NOTIFY on PostgreSQL (behind PgBouncer: MAILOUT_LISTEN_URL)

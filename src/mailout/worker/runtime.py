@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from mailout.db import leasing, notifications
+from mailout.db import leasing, notifications, pooler
 from mailout.db.stores import store_for
 from mailout.delivery import attempt
 from mailout.delivery.policy import Lane
@@ -144,6 +144,17 @@ class Worker:
         for lane in self.lanes:
             lane.wake.set()
 
+    def _listen_url(self) -> str | None:
+        """Where the LISTEN connection goes; None: no LISTEN, the lanes poll."""
+        if not (self.opts.listen and store_for(self.engine).listens):
+            return None
+        url = pooler.listen_url(self.engine.url.render_as_string(hide_password=False))
+        if url is None:
+            log.info("behind PgBouncer in transaction mode without %s: no LISTEN, polling "
+                     "every %.1f s", pooler.LISTEN_SETTING, self.opts.poll_seconds,
+                     extra={"event": "listen_off_pooler", "poll_seconds": self.opts.poll_seconds})
+        return url
+
     async def run(self) -> None:
         """Run until stopped. Never raises for a message, a server or a database outage.
 
@@ -160,8 +171,8 @@ class Worker:
         side.start(SideTask(HEARTBEAT, self._heartbeat, self._heartbeat_restart()))
         side.start(SideTask(OUTAGE_WATCH, self._watch_outage, SIDE_TASKS[OUTAGE_WATCH]))
         side.start(SideTask(SEND_SUMMARY, self._summarize, SIDE_TASKS[SEND_SUMMARY]))
-        if self.opts.listen and store_for(self.engine).listens:
-            url = self.engine.url.render_as_string(hide_password=False)
+        url = self._listen_url()
+        if url is not None:
             side.start(SideTask(LISTEN, functools.partial(notifications.listen, url, self._wake),
                                 SIDE_TASKS[LISTEN]))
         lanes = ", ".join(f"{r.lane.name}({'+'.join(r.lane.queues) or '*'}):{r.lane.concurrency}"

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from mailout.db import wakeups
+from mailout.db import pooler, wakeups
 from mailout.db.borrowed import borrow
 from mailout.db.engine import LOCK_CONFLICT_TRIES
 from mailout.db.stores import Store, store_for
@@ -70,8 +70,9 @@ def _owner(using: str) -> wakeups.Owner:
         def engine() -> Engine:
             found = _WAKING_ENGINES.get(using)
             if found is None:
-                found = _WAKING_ENGINES[using] = create_engine(
-                    database_url(using), pool_size=1, max_overflow=1, pool_pre_ping=True)
+                url = database_url(using)
+                found = _WAKING_ENGINES[using] = create_engine(url, **pooler.engine_kwargs(
+                    url, {"pool_size": 1, "max_overflow": 1, "pool_pre_ping": True}))
             return found
 
         owner = _OWNERS[using] = wakeups.Owner(

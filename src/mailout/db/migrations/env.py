@@ -11,6 +11,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
+from mailout.db import pooler
 from mailout.db.schema import metadata
 
 VERSION_TABLE = "mailout_alembic_version"
@@ -38,7 +39,8 @@ def run_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url") or "")
+    url = context.config.get_main_option("sqlalchemy.url") or ""
+    engine = create_engine(url, **pooler.engine_kwargs(url, {}))
     with engine.connect() as conn:
         _configure(connection=conn)
         with context.begin_transaction():

@@ -1,0 +1,70 @@
+"""Every CLI command an operator runs, and the console's pages, through PgBouncer in
+transaction mode (``MAILOUT_PGBOUNCER=transaction``)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from mailout import db
+from mailout.db.schema import messages
+from mailout.outbox import EnqueueSettings, enqueue
+from tests.acceptance.cli.test_main import mailout
+from tests.support.webconsole import ADMIN_TOKEN, EXAMPLES, serve_console
+
+pytestmark = pytest.mark.slow  # a subprocess per command
+
+ENQUEUE = EnqueueSettings(message_id_domain="shop.example.com", templates_dir=EXAMPLES)
+# Each page more than psycopg's default prepare_threshold (5) times: a prepared
+# statement would be looked for on another server connection.
+ROUNDS = 7
+
+
+def test_every_cli_command_works_through_pgbouncer(bounced_url: str, pg_url: str) -> None:
+    env = {"MAILOUT_DATABASE_URL": bounced_url, "MAILOUT_PGBOUNCER": "transaction"}
+    mailout("db", "upgrade", env=env)
+    made = mailout("enqueue", "--to", "ann@example.com", "--subject", "Hi", "--text", "x",
+                   "--key", "cli-1", env=env).stdout
+    assert "cli-1" in made or made.strip()
+    with db.make_engine(pg_url).connect() as conn:  # PostgreSQL itself has the row
+        rid = conn.execute(select(messages.c.id).where(messages.c.key == "cli-1")).scalar_one()
+    assert json.loads(mailout("status", "--json", env=env).stdout)
+    assert "ann@example.com" in mailout("list", env=env).stdout
+    assert json.loads(mailout("show", "cli-1", "--json", env=env).stdout)["id"] == rid
+    mailout("trace", "cli-1", env=env)
+    assert "cancelled 1" in mailout("cancel", str(rid), env=env).stdout
+    assert "requeued 1" in mailout("retry", str(rid), "--yes", env=env).stdout
+    mailout("pause", "--queue", "default", "--reason", "test", env=env)
+    mailout("resume", "--queue", "default", env=env)
+    mailout("report", env=env)
+    assert mailout("audit", "--json", env=env).stdout
+    mailout("suppress", "add", "bob@example.com", "--by", "test", env=env)
+    assert "bob@example.com" in mailout("suppress", "list", env=env).stdout
+    mailout("suppress", "check", "bob@example.com", env=env)
+    mailout("suppress", "history", "bob@example.com", env=env)
+    mailout("suppress", "remove", "bob@example.com", "--reason", "test", "--by", "test",
+            env=env)
+    mailout("bounces", "events", env=env)
+    mailout("cancel", str(rid), env=env)
+    mailout("purge", "--older-than", "0s", "--force", "--yes", "--pause", "0", env=env)
+    with db.make_engine(pg_url).connect() as conn:
+        assert conn.execute(select(messages.c.id)).all() == []  # purged
+
+
+def test_console_pages_work_through_pgbouncer(bounced_url: str) -> None:
+    engine = db.make_engine(bounced_url)
+    with engine.begin() as conn:
+        rid = enqueue(conn, to="dana@example.com", subject="Order", text="plain",
+                      html="<p>hello</p>", key="web-1", settings=ENQUEUE).id
+    engine.dispose()
+    pages = ("/", "/messages", f"/messages/{rid}", f"/messages/{rid}/body.html",
+             f"/messages/{rid}/message.eml", "/audit", "/templates")
+    with serve_console(bounced_url) as console, httpx.Client(
+            base_url=console.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
+        for _ in range(ROUNDS):
+            for page in pages:
+                response = http.get(page)
+                assert response.status_code == 200, (page, response.text[-500:])
