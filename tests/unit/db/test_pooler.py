@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mailout import db
 from mailout.db import pooler
 from mailout.exceptions import ConfigError, MailoutError
@@ -37,7 +38,8 @@ def test_statement_mode_is_refused_saying_why() -> None:
         pooler.pool_mode({"MAILOUT_PGBOUNCER": "statement"})
     assert caught.value.setting == "MAILOUT_PGBOUNCER"
     assert "statement mode cannot run" in caught.value.reason
-    assert isinstance(caught.value, MailoutError) and isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, MailoutError)
+    assert isinstance(caught.value, ValueError)
 
 
 def test_an_unknown_mode_is_refused_naming_the_choices() -> None:
