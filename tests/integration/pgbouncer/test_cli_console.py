@@ -26,14 +26,15 @@ ROUNDS = 7
 def test_every_cli_command_works_through_pgbouncer(bounced_url: str, pg_url: str) -> None:
     env = {"MAILOUT_DATABASE_URL": bounced_url, "MAILOUT_PGBOUNCER": "transaction"}
     mailout("db", "upgrade", env=env)
-    made = mailout("enqueue", "--to", "ann@example.com", "--subject", "Hi", "--text", "x",
-                   "--key", "cli-1", env=env).stdout
-    assert "cli-1" in made or made.strip()
+    made = json.loads(mailout("enqueue", "--to", "ann@example.com", "--subject", "Hi",
+                              "--text", "x", "--key", "cli-1", env=env).stdout)
+    rid = made["id"]
     with db.make_engine(pg_url).connect() as conn:  # PostgreSQL itself has the row
-        rid = conn.execute(select(messages.c.id).where(messages.c.key == "cli-1")).scalar_one()
+        assert conn.execute(select(messages.c.idempotency_key)
+                            .where(messages.c.id == rid)).scalar_one() == "cli-1"
     assert json.loads(mailout("status", "--json", env=env).stdout)
     assert "ann@example.com" in mailout("list", env=env).stdout
-    assert json.loads(mailout("show", "cli-1", "--json", env=env).stdout)["id"] == rid
+    assert json.loads(mailout("show", "cli-1", "--json", env=env).stdout)["message"]["id"] == rid
     mailout("trace", "cli-1", env=env)
     assert "cancelled 1" in mailout("cancel", str(rid), env=env).stdout
     assert "requeued 1" in mailout("retry", str(rid), "--yes", env=env).stdout
