@@ -4,10 +4,16 @@ transaction mode (``MAILOUT_PGBOUNCER=transaction``)."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from mailout import db
 from mailout.db.schema import messages
@@ -18,9 +24,12 @@ from tests.support.webconsole import ADMIN_TOKEN, EXAMPLES, serve_console
 pytestmark = pytest.mark.slow  # a subprocess per command
 
 ENQUEUE = EnqueueSettings(message_id_domain="shop.example.com", templates_dir=EXAMPLES)
-# Each page more than psycopg's default prepare_threshold (5) times: a prepared
-# statement would be looked for on another server connection.
+# Each page more than psycopg's default prepare_threshold (5) times, so that psycopg
+# would prepare its statements.
 ROUNDS = 7
+# Browsers at once: one client at a time gets the same server connection back, and a
+# prepared statement would be found; several at once mix them up.
+BROWSERS = 4
 
 
 def test_every_cli_command_works_through_pgbouncer(bounced_url: str, pg_url: str) -> None:
@@ -55,6 +64,31 @@ def test_every_cli_command_works_through_pgbouncer(bounced_url: str, pg_url: str
         assert conn.execute(select(messages.c.id)).all() == []  # purged
 
 
+@contextmanager
+def other_clients(url: str, count: int = 3) -> Iterator[None]:
+    """Other applications' short transactions through the same PgBouncer while the
+    block runs, so that the console's transactions land on whichever server
+    connection is free (alone, a client gets the same one back each time)."""
+    stop = threading.Event()
+    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def client() -> None:
+        with psycopg.connect(libpq, prepare_threshold=None) as conn:
+            while not stop.is_set():
+                with conn.transaction():
+                    conn.execute("SELECT pg_sleep(0.005)")
+
+    threads = [threading.Thread(target=client) for _ in range(count)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
 def test_console_pages_work_through_pgbouncer(bounced_url: str) -> None:
     engine = db.make_engine(bounced_url)
     with engine.begin() as conn:
@@ -63,9 +97,14 @@ def test_console_pages_work_through_pgbouncer(bounced_url: str) -> None:
     engine.dispose()
     pages = ("/", "/messages", f"/messages/{rid}", f"/messages/{rid}/body.html",
              f"/messages/{rid}/message.eml", "/audit", "/templates")
-    with serve_console(bounced_url) as console, httpx.Client(
-            base_url=console.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
-        for _ in range(ROUNDS):
-            for page in pages:
-                response = http.get(page)
-                assert response.status_code == 200, (page, response.text[-500:])
+    with serve_console(bounced_url) as console:
+        def browse(_: int) -> list[tuple[str, int]]:
+            with httpx.Client(base_url=console.url, timeout=60,
+                              headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
+                return [(page, http.get(page).status_code)
+                        for _ in range(ROUNDS) for page in pages]
+
+        with other_clients(bounced_url), ThreadPoolExecutor(BROWSERS) as pool:
+            fetched = [got for each in pool.map(browse, range(BROWSERS)) for got in each]
+    assert len(fetched) == BROWSERS * ROUNDS * len(pages)
+    assert {status for _, status in fetched} == {200}, [f for f in fetched if f[1] != 200][:5]
