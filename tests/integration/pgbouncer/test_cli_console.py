@@ -27,8 +27,9 @@ ENQUEUE = EnqueueSettings(message_id_domain="shop.example.com", templates_dir=EX
 # Each page more than psycopg's default prepare_threshold (5) times, so that psycopg
 # would prepare its statements.
 ROUNDS = 7
-# Browsers at once: one client at a time gets the same server connection back, and a
-# prepared statement would be found; several at once mix them up.
+# Browsers at once, as a pooler sees them. (This test passes without
+# prepare_threshold=None too: the console's statements were not seen to land on a
+# server connection other than the one that prepared them. test_drain's enqueue does.)
 BROWSERS = 4
 
 
