@@ -1,7 +1,7 @@
 """The version ranges pyproject.toml pins its dependencies to, for the tests that
 check another library's private API is still the one a compat module was written
 against (tests/unit/transports/smtp/test_aiosmtplib_compat.py,
-tests/unit/db/test_sqlalchemy_compat.py)."""
+tests/unit/db/test_sqlalchemy_compat.py, tests/unit/support/test_otel_compat.py)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,12 @@ def installed(distribution: str) -> Release:
     return release(version(distribution))
 
 
-def pinned_range(distribution: str) -> tuple[Release, Release]:
-    """(lowest, first unsupported) of ``distribution`` in ``[project] dependencies``,
-    which must give both (``name>=A,<B``)."""
-    dependencies = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+def pinned_range(distribution: str, extra: str | None = None) -> tuple[Release, Release]:
+    """(lowest, first unsupported) of ``distribution`` in ``[project] dependencies``
+    (or in the optional ``extra``), which must give both (``name>=A,<B``)."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    dependencies = (project["dependencies"] if extra is None
+                    else project["optional-dependencies"][extra])
     for spec in dependencies:
         name = re.match(r"[A-Za-z0-9_.-]+", spec)
         if name is None or name.group(0).lower() != distribution.lower():

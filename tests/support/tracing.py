@@ -22,7 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.util._once import Once
+
+from mailout.support import _otel_compat
 
 __all__ = ["InMemorySpanExporter", "ReadableSpan", "every_value", "install", "named",
            "spans", "trace", "trace_view", "uninstall"]
@@ -30,14 +31,13 @@ __all__ = ["InMemorySpanExporter", "ReadableSpan", "every_value", "install", "na
 
 def install(provider: TracerProvider) -> None:
     """Make ``provider`` the global one. The API lets a process set it once; tests
-    set and reset it (as opentelemetry-test-utils does, through the same globals)."""
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace.set_tracer_provider(provider)
+    set and reset it (through mailout.support._otel_compat, the one place that
+    touches the API's globals)."""
+    _otel_compat.install_tracer_provider(provider)
 
 
 def uninstall() -> None:
-    trace._TRACER_PROVIDER = None
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    _otel_compat.reset_tracer_provider()
 
 
 @pytest.fixture
