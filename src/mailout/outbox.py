@@ -30,6 +30,7 @@ from mailout.message import addresses, compose, template_params, validate, whole
 from mailout.message.templates import resolve_variant, template_schema
 from mailout.models import Attachment, EnqueueResult, Mailbox
 from mailout.support import envparse, tracing
+from mailout.support.bounded_cache import BoundedCache
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet, which sync users may not have
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -121,8 +122,8 @@ ENV_NAMES = ("MAILOUT_TEMPLATES", "MAILOUT_TEMPLATES_CHECK", "MAILOUT_MESSAGE_ID
              "MAIL_FROM", "MAILOUT_MAX_MESSAGE_BYTES", "MAILOUT_MAX_ATTACHMENT_BYTES",
              "MAILOUT_MAX_RECIPIENTS", "MAILOUT_MAX_AGE_SECONDS", "MAILOUT_QUEUE_POLICIES",
              "MAILOUT_NOTIFY")
-_FROM_ENV: dict[tuple[object, ...], EnqueueSettings] = {}  # the parses remembered
-_FROM_ENV_KEPT = 8  # environments remembered at most (tests change them often)
+# The parses remembered, per environment: a process has one, a test suite a few.
+_FROM_ENV: BoundedCache[tuple[str | None, ...], EnqueueSettings] = BoundedCache(8)
 
 
 def _settings_from_env() -> EnqueueSettings:
@@ -134,9 +135,7 @@ def _settings_from_env() -> EnqueueSettings:
     settings = _FROM_ENV.get(key)
     if settings is None:
         settings = EnqueueSettings.from_env()
-        if len(_FROM_ENV) >= _FROM_ENV_KEPT:
-            _FROM_ENV.clear()
-        _FROM_ENV[key] = settings
+        _FROM_ENV.put(key, settings)
     return settings
 
 

@@ -101,3 +101,17 @@ def test_mailout_notify_values(raw: str | None, mode: outbox.NotifyMode) -> None
 def test_mailout_notify_refuses_an_unknown_value_naming_the_choices() -> None:
     with pytest.raises(ConfigError, match="after-commit, in-transaction or off"):
         EnqueueSettings.from_env({"MAILOUT_NOTIFY": "sometimes"})
+
+
+def test_a_full_memo_of_environments_drops_the_least_recently_used_not_all(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in outbox.ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    in_use = outbox._settings_from_env()
+    for n in range(1, 30):  # more test-like environments than are kept...
+        monkeypatch.setenv("MAILOUT_MAX_RECIPIENTS", str(n))
+        outbox._settings_from_env()
+        monkeypatch.delenv("MAILOUT_MAX_RECIPIENTS")
+        assert outbox._settings_from_env() is in_use  # ...while one stays in steady use

@@ -46,6 +46,8 @@ from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.sql.selectable import Select, TextualSelect
 
+from mailout.support.bounded_cache import BoundedCache
+
 Statement = TextClause | TextualSelect | Select[Any] | UpdateBase
 
 _DRIVER = "psycopg"
@@ -68,9 +70,8 @@ class _Prepared:
 
 # id(statement) -> its compilation. Statements are module-level or lru-cached (one
 # claim per lane filter); a worker whose paused templates keep changing builds new
-# ones, so the cache is emptied when it grows past this.
-_PREPARED: dict[int, _Prepared] = {}
-_PREPARED_MAX = 512
+# ones, and the least recently run are dropped (the module-level ones stay).
+_PREPARED: BoundedCache[int, _Prepared] = BoundedCache(512)
 
 
 def fetch(conn: Connection, stmt: Statement, params: Mapping[str, Any]) -> Sequence[Any]:
@@ -129,12 +130,10 @@ def _unobserved(conn: Connection) -> bool:
 def _prepared(conn: Connection, stmt: Statement) -> _Prepared:
     cached = _PREPARED.get(id(stmt))
     if cached is None:
-        if len(_PREPARED) >= _PREPARED_MAX:
-            _PREPARED.clear()
         compiled = stmt.compile(dialect=conn.dialect)
-        cached = _PREPARED[id(stmt)] = _Prepared(
-            stmt, compiled, compiled.string, needs_nothing(compiled, conn.dialect),
-            isinstance(stmt, TextClause | TextualSelect))
+        cached = _Prepared(stmt, compiled, compiled.string, needs_nothing(compiled, conn.dialect),
+                           isinstance(stmt, TextClause | TextualSelect))
+        _PREPARED.put(id(stmt), cached)
     return cached
 
 

@@ -36,6 +36,7 @@ from mailout.message.templates import (
     variant_path,
     variants,
 )
+from mailout.support.bounded_cache import BoundedCache
 
 if TYPE_CHECKING:
     import jinja2
@@ -47,9 +48,10 @@ _OPTIONAL_FILTERS = frozenset({"default", "d"})
 _MAX_TEMPLATES = 100  # includes followed per variant: a cycle or a maze ends here
 _T = TypeVar("_T")
 _Stamp = tuple[int, int, int, int] | None
-# (folder, template, locale) -> (the files that decide the lookup, their stamps, result)
-_LOOKUPS: dict[tuple[Path, str, str | None], tuple[list[str], list[_Stamp], object]] = {}
-_LOOKUPS_KEPT = 1024  # entries at most: a process enqueues a bounded set of templates
+# (folder, template, locale) -> (the files that decide the lookup, their stamps,
+# result); a process enqueues a bounded set of templates, so few are ever dropped.
+_LOOKUPS: BoundedCache[tuple[Path, str, str | None],
+                       tuple[list[str], list[_Stamp], object]] = BoundedCache(1024)
 
 
 def lookup(templates_dir: Path, template: str, locale: str | None,
@@ -70,9 +72,7 @@ def lookup(templates_dir: Path, template: str, locale: str | None,
         paths += [os.path.join(folder, name) for name in _FILES]
     before = _stamps(paths)  # taken first: a change during find() is seen next time
     found = find()
-    if len(_LOOKUPS) >= _LOOKUPS_KEPT:
-        _LOOKUPS.clear()
-    _LOOKUPS[key] = (paths, before, found)
+    _LOOKUPS.put(key, (paths, before, found))
     return found
 
 

@@ -8,12 +8,12 @@ read only their link rows. Runs in a worker thread (it does database I/O).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 from sqlalchemy import Engine
 
 from mailout.db import attachments
 from mailout.models import Attachment
+from mailout.support.bounded_cache import BoundedCache
 
 CACHE_BYTES = 32 * 1024 * 1024
 CACHE_ITEM_BYTES = 1024 * 1024  # shared files (terms, logos) are small; large ones pass through
@@ -33,30 +33,17 @@ class AttachmentLoader:
 
     def __init__(self, engine: Engine, cache_bytes: int = CACHE_BYTES) -> None:
         self._engine = engine
-        self._budget = cache_bytes
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
+        self._cache: BoundedCache[str, bytes] = BoundedCache(max(cache_bytes, 1), weigh=len)
         self._reads = threading.BoundedSemaphore(CONCURRENT_READS)
 
     def __call__(self, outbox_id: int) -> tuple[Attachment, ...]:
-        with self._lock:
-            known = dict(self._cache)
+        known = self._cache.snapshot()
         with self._reads, self._engine.connect() as conn:
             items = attachments.for_message(conn, outbox_id, known)
-        with self._lock:
-            for item in items:
-                self._remember(item.sha256, item.content)
+        for item in items:
+            self._remember(item.sha256, item.content)
         return attachments.as_attachments(items)
 
     def _remember(self, sha: str, content: bytes) -> None:
-        if sha in self._cache:
-            self._cache.move_to_end(sha)
-            return
-        if len(content) > min(CACHE_ITEM_BYTES, self._budget):
-            return
-        self._cache[sha] = content
-        self._size += len(content)
-        while self._size > self._budget:
-            _, dropped = self._cache.popitem(last=False)
-            self._size -= len(dropped)
+        if self._cache.get(sha) is None and len(content) <= CACHE_ITEM_BYTES:
+            self._cache.put(sha, content)  # refused when over the whole budget alone
