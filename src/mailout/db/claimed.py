@@ -38,12 +38,9 @@ def claimed_rows(conn: Connection, rows: Sequence[Mapping[Any, Any]], *,
     them itself, the abandoned attempts of reclaimed rows are logged here."""
     claimed = [_claimed(r) for r in rows]
     if not logged:
-        _log_abandoned(conn, [r for r in rows if r["prev_status"] == SENDING])
+        _log_abandoned(conn, [r for r in rows if r["prev_status"] == Status.SENDING.value])
     claimed.sort(key=lambda m: (-m.priority, m.id))
     return claimed
-
-
-SENDING = Status.SENDING.value  # read once per claimed row: an enum's .value is a property
 
 
 def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
@@ -67,7 +64,7 @@ def _claimed(m: Mapping[Any, Any]) -> ClaimedMessage:
         expires_at=aware(m["expires_at"]),
         lease_token=m["lease_token"],
         claimed_at=aware(m["last_attempt_at"]) or datetime.now(UTC),
-        reclaimed=m["prev_status"] == SENDING,
+        reclaimed=m["prev_status"] == Status.SENDING.value,
         event_ref=m["event_ref"],
         event_version=m["event_version"],
         schema_version=m["schema_version"],

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from mailout.db import dialects, hot_statements
-from mailout.db.claimed import ABANDONED_DETAIL, CLAIMED_COLUMNS, SENDING, claimed_rows
+from mailout.db.claimed import ABANDONED_DETAIL, CLAIMED_COLUMNS, claimed_rows
 from mailout.db.schema import attempts, db_now, json_default, messages
 from mailout.db.stores import completing
 from mailout.db.stores.claiming import (
@@ -126,7 +126,7 @@ def claim_statement(queues: tuple[str, ...], exclude: tuple[str, ...],
         claimed.c.id, claimed.c.attempts - 1, literal(Outcome.UNKNOWN.value, String),
         literal(ABANDONED_DETAIL, String), claimed.c.prev_owner, claimed.c.prev_started,
         claimed.c.prev_transport, db_now(),
-    ).where(claimed.c.prev_status == SENDING)
+    ).where(claimed.c.prev_status == Status.SENDING.value)
     logged = insert(attempts).from_select(
         ["outbox_id", "attempt", "outcome", "detail", "worker", "started_at", "transport",
          "finished_at"], abandoned).cte("abandoned")
