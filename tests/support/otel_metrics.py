@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("opentelemetry.sdk.metrics",
                     reason="opentelemetry-sdk is not installed (pip install -e '.[test]')")
 
-from opentelemetry.metrics import _internal as metrics_globals
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
-from opentelemetry.util._once import Once
+
+from mailout.support import _otel_compat
 
 __all__ = ["InMemoryMetricReader", "install_meter_provider", "metric_reader", "points",
            "uninstall_meter_provider"]
@@ -27,15 +27,14 @@ Points = dict[tuple[str, frozenset[tuple[str, Any]]], Any]
 
 
 def install_meter_provider(provider: MeterProvider) -> None:
-    """Make ``provider`` the global one; the API allows it once per process, tests
-    set and reset it through the same globals (as opentelemetry-test-utils does)."""
-    metrics_globals._METER_PROVIDER_SET_ONCE = Once()
-    metrics_globals.set_meter_provider(provider)
+    """Make ``provider`` the global one; the API allows it once per process, so tests
+    set and reset it through mailout.support._otel_compat, the one place that touches
+    the API's private globals."""
+    _otel_compat.install_meter_provider(provider)
 
 
 def uninstall_meter_provider() -> None:
-    metrics_globals._METER_PROVIDER = None
-    metrics_globals._METER_PROVIDER_SET_ONCE = Once()
+    _otel_compat.reset_meter_provider()
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ from mailout.metrics.collectors import CACHE_SECONDS, LIVE_STATUSES, QueueCollec
 from mailout.metrics.observer import NullObserver
 from mailout.metrics.prometheus import ATTEMPT_BUCKETS, LATENCY_BUCKETS
 from mailout.models import ClaimedMessage, Completion, Outcome
+from mailout.support import _otel_compat
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,10 @@ def meter() -> Any | None:
     if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none":
         return None
     provider = metrics.get_meter_provider()
-    # The API's placeholder before any provider is set has no public name (its class
-    # name is stable since 1.12); a NoOp provider is one an application set on purpose.
+    # The API's placeholder before any provider is set has no public name (the fence
+    # knows it); a NoOp provider is one an application set on purpose.
     if isinstance(provider, metrics.NoOpMeterProvider) or \
-            type(provider).__name__ == "_ProxyMeterProvider":
+            _otel_compat.is_placeholder_meter_provider(provider):
         return None
     return provider.get_meter("mailout", __version__)
 
